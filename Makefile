@@ -1,0 +1,43 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Elsewhere than this machine, a CPU-only torch may need its index, e.g.
+#   make demo TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH  ?= torch==2.13.0
+PARAMS ?= params/tiny.yaml
+
+.PHONY: demo install models run test test-fast bench clean-venv
+
+demo: install models run
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
+	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name pbench --display-name "Python (pbench)"
+	touch $@
+
+models: install
+	$(BIN)/pbench models
+
+run: install
+	$(BIN)/pbench run $(PARAMS)
+
+# pytest exits 5 when it collects nothing: treat that as a failure, not a pass.
+test: install models
+	$(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: install models
+	$(BIN)/python bench/llm_throughput.py
+
+clean-venv:
+	rm -rf $(VENV)

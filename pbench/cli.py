@@ -1,0 +1,92 @@
+"""The ``pbench`` command.
+
+    pbench check FILE                 validate a parameter file (exit 2 when invalid)
+    pbench run FILE [--stages ...] [--force]
+                                      run the notebooks of the pipeline, resuming finished stages
+    pbench models [NAME ...]          assemble and verify the embedded model files
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pbench import config
+
+
+def _check(args: argparse.Namespace) -> int:
+    cfg = config.load(args.file)
+    roles = {r: getattr(cfg.models, r) for r in ("generator", "assistant", "prober", "judge")}
+    bound = "; ".join(
+        f"{r}: {', '.join(s.label for s in v) if isinstance(v, list) else v.label}" for r, v in roles.items()
+    )
+    print(f"{args.file}: ok (run {cfg.run_name}; {bound})")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pbench import run
+
+    stages = [s for chunk in args.stages or [] for s in chunk.split(",") if s]
+    try:
+        run.run(args.file, stages=stages or None, force=args.force, progress=not args.quiet)
+    except run.StageFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from pbench import embedded
+
+    names = args.names or embedded.installed()
+    if not names:
+        print("error: no embedded model package is installed (see requirements.txt)", file=sys.stderr)
+        return 1
+    for name in names:
+        path = embedded.ensure(name)
+        print(f"{name}: ok, sha256 verified ({embedded.EMBEDDED[name].description}) -> {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pbench", description="PrivacyBench: do personal assistants keep secrets?")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check", help="validate a parameter file")
+    c.add_argument("file")
+    c.set_defaults(func=_check)
+
+    r = sub.add_parser("run", help="run the pipeline's notebooks on a parameter file")
+    r.add_argument("file")
+    r.add_argument("--stages", action="append", help="stages to run, e.g. 01,02 or 01_social_graph")
+    r.add_argument("--force", action="store_true", help="rerun stages whose outputs are complete")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(func=_run)
+
+    m = sub.add_parser("models", help="assemble and verify embedded model files")
+    m.add_argument("names", nargs="*", help="embedded model names (default: every installed one)")
+    m.set_defaults(func=_models)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except config.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # one readable line for known failures; tracebacks for bugs
+        from pbench.embedded import ModelFileError
+        from pbench.llm import LLMError
+
+        if isinstance(exc, ModelFileError | LLMError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

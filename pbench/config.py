@@ -1,0 +1,274 @@
+"""Typed run parameters: one pydantic model of a run, validated before anything runs.
+
+Reads a YAML file (``params/*.yaml``); writes nothing. Every model forbids unknown
+keys, so a typo stops the run with the field's full path (``footprint.noise_ratoi:
+unknown field``) before any model is loaded. Defaults follow the paper's Appendix A.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+
+class ConfigError(ValueError):
+    """A parameter file is missing, unreadable or invalid. The message is one line per problem."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _as_range(value: Any) -> Any:
+    # Appendix A gives most volumes as ranges ("1500 - 2000"); a plain int means exactly that many.
+    if isinstance(value, bool):
+        raise ValueError("expected an integer or a [min, max] pair")
+    if isinstance(value, int):
+        return (value, value)
+    return value
+
+
+def _check_range(value: tuple[int, int]) -> tuple[int, int]:
+    lo, hi = value
+    if lo < 0 or hi < lo:
+        raise ValueError(f"expected 0 <= min <= max, got [{lo}, {hi}]")
+    return value
+
+
+IntRange = Annotated[tuple[int, int], BeforeValidator(_as_range), AfterValidator(_check_range)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, dict) else value
+
+
+EMBEDDED_MODELS = ("qwen2.5-1.5b", "qwen2.5-0.5b", "smollm2-135m")
+_LOCAL_ONLY = ("n_ctx", "n_parallel", "n_threads")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ModelSpec(Strict):
+    """One model bound to a role. Keys come from environment variables, never from the file."""
+
+    provider: Literal["local", "openai", "langchain"]
+    model: str = Field(
+        description="local: an embedded name or a path to a .gguf file; openai: the served "
+        "model name; langchain: 'provider:model' as init_chat_model takes it"
+    )
+    name: str | None = Field(None, description="label in tables and figures; defaults to model")
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
+    max_tokens: Annotated[int, Field(ge=1)] = 512
+    timeout_s: Annotated[float, Field(gt=0)] = 180.0
+    max_concurrency: Annotated[int, Field(ge=1)] = 4
+    max_retries: Annotated[int, Field(ge=0, le=20)] = 4
+    parse_retries: Annotated[int, Field(ge=0, le=10)] = 2
+    n_ctx: Annotated[int, Field(ge=512)] = 8192
+    n_parallel: Annotated[int, Field(ge=1, le=64)] = 2
+    n_threads: Annotated[int, Field(ge=1)] | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="extra provider arguments")
+
+    @model_validator(mode="after")
+    def _provider_fields(self) -> ModelSpec:
+        if self.provider != "local":
+            stray = [f for f in _LOCAL_ONLY if f in self.model_fields_set]
+            if stray:
+                raise ValueError(f"{', '.join(stray)} only apply to provider 'local'")
+        elif self.model not in EMBEDDED_MODELS and not self.model.endswith(".gguf"):
+            raise ValueError(
+                f"local model {self.model!r} is neither one of {', '.join(EMBEDDED_MODELS)} nor a .gguf path"
+            )
+        if self.provider == "langchain" and ":" not in self.model:
+            raise ValueError("langchain models are written 'provider:model', e.g. 'anthropic:claude-sonnet-4-5'")
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise ValueError(f"api_key_env must name an environment variable, got {self.api_key_env!r}")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.model
+
+
+ModelList = Annotated[list[ModelSpec], BeforeValidator(_as_list), Field(min_length=1)]
+
+
+class Models(Strict):
+    """Roles bound to models (DESIGN.md, Models)."""
+
+    generator: ModelSpec
+    assistant: ModelList = Field(description="target assistants under test; one row each in Table 2")
+    prober: ModelSpec
+    judge: ModelList = Field(description="the judge panel: majority vote for verdicts, mean for scores")
+
+    @model_validator(mode="after")
+    def _one_server_per_local_model(self) -> Models:
+        # Roles bound to the same local model share one in-process server, so they must agree on it.
+        seen: dict[str, tuple[str, tuple]] = {}
+        for role in ("generator", "assistant", "prober", "judge"):
+            value = getattr(self, role)
+            for i, spec in enumerate(value if isinstance(value, list) else [value]):
+                if spec.provider != "local":
+                    continue
+                where = f"{role}[{i}]" if isinstance(value, list) else role
+                server = (spec.n_ctx, spec.n_parallel, spec.n_threads)
+                first = seen.setdefault(spec.model, (where, server))
+                if first[1] != server:
+                    raise ValueError(
+                        f"{where} and {first[0]} bind {spec.model} with different n_ctx/n_parallel/n_threads; "
+                        "one local server serves both, so give them the same values"
+                    )
+        return self
+
+
+class Period(Strict):
+    start: dt.date = dt.date(2023, 1, 1)
+    end: dt.date = dt.date(2024, 12, 31)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Period:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must come after start ({self.start})")
+        return self
+
+
+class Community(Strict):
+    """Appendix A.1, per community."""
+
+    size: IntRange = (8, 20)
+    initial_seed: Annotated[int, Field(ge=2)] = 3
+    groups: IntRange = (1, 4)
+    personas_path: Path | None = Field(None, description="Persona Hub-style JSONL; default: pbench/data/personas.jsonl")
+
+    @model_validator(mode="after")
+    def _seed_fits(self) -> Community:
+        if self.initial_seed > self.size[0]:
+            raise ValueError(f"initial_seed ({self.initial_seed}) exceeds the smallest community size ({self.size[0]})")
+        return self
+
+
+class Footprint(Strict):
+    """Appendix A.2 (volumes per user) and A.3 (content controls)."""
+
+    private_conversations: IntRange = (1500, 2000)
+    group_conversations: IntRange = (300, 500)
+    ai_conversations: IntRange = (50, 50)
+    blog_posts: IntRange = (20, 40)
+    purchases: IntRange = (40, 70)
+    conversation_noise_ratio: Fraction = Field(0.3, description="Appendix A.3: substantive versus mundane conversations")
+    blog_noise_ratio: Fraction = 0.3
+    attribute_reveal_prob: Fraction = 0.8
+    secrets_per_user: IntRange = (2, 4)
+    docs_per_call: Annotated[int, Field(ge=1, le=50)] = 8
+
+
+Strategy = Literal["direct", "indirect"]
+PromptVariant = Literal["baseline", "privacy_aware"]
+Defence = Literal["none", "audience_filter", "sensitivity_filter"]
+
+
+class Probing(Strict):
+    """Sections 4.1 and 5.3."""
+
+    max_rounds: Annotated[int, Field(ge=1, le=50)] = 10
+    strategies: Annotated[list[Strategy], Field(min_length=1)] = ["direct", "indirect"]
+    prompts: Annotated[list[PromptVariant], Field(min_length=1)] = ["baseline", "privacy_aware"]
+    defences: Annotated[list[Defence], Field(min_length=1)] = ["none"]
+    unauthorised_per_secret: Annotated[int, Field(ge=0)] = 1
+    authorised_per_secret: Annotated[int, Field(ge=0)] = 1
+    top_k: Annotated[int, Field(ge=1, le=100)] = 5
+
+
+class LLMSettings(Strict):
+    cache: bool = Field(True, description="persistent response cache: rerunning the same work makes no model calls")
+    cache_path: Path | None = Field(None, description="SQLite file; default: <run folder>/llm_cache.sqlite")
+
+
+class RunConfig(Strict):
+    """The whole of one run."""
+
+    run_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    seed: int = 0
+    outputs_dir: Path = Path("outputs")
+    period: Period = Period()
+    community: Community = Community()
+    footprint: Footprint = Footprint()
+    probing: Probing = Probing()
+    models: Models
+    llm: LLMSettings = LLMSettings()
+
+    def run_dir(self, base: Path | None = None) -> Path:
+        """The run folder, ``<outputs_dir>/<run_name>``, relative to ``base`` when given."""
+        root = self.outputs_dir if base is None or self.outputs_dir.is_absolute() else base / self.outputs_dir
+        return root / self.run_name
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _describe(err: dict[str, Any]) -> str:
+    path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown field"
+    if kind == "missing":
+        return f"{path}: required field is missing"
+    msg = err["msg"].removeprefix("Value error, ")
+    if "input" in err and kind not in ("model_type", "dict_type"):
+        shown = repr(err["input"])
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        return f"{path}: {msg} (got {shown})"
+    return f"{path}: {msg}"
+
+
+def parse(data: Any, source: str = "<params>") -> RunConfig:
+    """Validate a mapping into a RunConfig.
+
+    Raises:
+        ConfigError: one line per problem, each naming the field's full path.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of parameters at the top level")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: {_describe(e)}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load(path: str | Path) -> RunConfig:
+    """Read and validate a YAML parameter file.
+
+    Args:
+        path: the YAML file.
+    Returns:
+        The validated RunConfig.
+    Raises:
+        ConfigError: missing file, YAML syntax error or invalid field.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such parameter file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: {where}invalid YAML ({problem})") from None
+    return parse(data, source=str(path))

@@ -1,0 +1,325 @@
+"""The runner: executes the numbered notebooks of a run with papermill, in order, resumably.
+
+Reads a parameter file and the notebooks in ``notebooks/``; writes ``outputs/<run>/``:
+``params.resolved.yaml``, ``manifest.json``, ``notebooks/NN_stage.ipynb`` (executed), and
+``stages/NN_stage.json`` (a stage's completion marker: its fingerprint, time and model usage).
+
+A stage is skipped when its marker's fingerprint matches (the parameter sections it reads,
+its notebook, and the fingerprints of the stages before it) and its declared outputs
+exist. Notebooks get two parameters, ``params_path`` and ``run_dir``, and open with
+``ctx = pbench.run.stage_context(...)``, which validates the parameters again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pbench
+from pbench import config as config_mod
+from pbench import store
+from pbench.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One numbered notebook.
+
+    Args:
+        name: the notebook's stem, e.g. ``01_social_graph``.
+        reads: dotted parameter sections that determine its outputs.
+        outputs: files (relative to the run folder) that a finished stage has written.
+    """
+
+    name: str
+    reads: tuple[str, ...]
+    outputs: tuple[str, ...] = ()
+
+
+# Later issues add their stages here, in order.
+STAGES: tuple[Stage, ...] = ()
+
+KERNEL_NAME = "pbench"
+
+
+class StageFailed(RuntimeError):
+    """A notebook raised; the message names the notebook and the cell."""
+
+
+def repo_root() -> Path:
+    return Path(pbench.__file__).resolve().parent.parent
+
+
+def default_notebooks_dir() -> Path:
+    return repo_root() / "notebooks"
+
+
+def git_commit(root: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root or repo_root(), capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root or repo_root(), capture_output=True, text=True)
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _section(cfg: RunConfig, dotted: str) -> Any:
+    value: Any = cfg.dump()
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def fingerprint(cfg: RunConfig, stage: Stage, notebook: Path, upstream: list[str]) -> str:
+    """Hash of what determines a stage's outputs."""
+    blob = json.dumps(
+        {
+            "reads": {s: _section(cfg, s) for s in stage.reads},
+            "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(),
+            "upstream": upstream,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def ensure_kernel() -> str:
+    """Register this interpreter's Jupyter kernel inside its prefix once, so papermill runs
+    the notebooks with the same environment as the runner (never in a user-wide location)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
+        if Path(spec.argv[0]).resolve() == Path(sys.executable).resolve():
+            return KERNEL_NAME
+    except NoSuchKernel:
+        pass
+    subprocess.run(
+        [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL_NAME,
+         "--display-name", "Python (pbench)"],
+        check=True,
+        capture_output=True,
+    )
+    return KERNEL_NAME
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: str  # ran | skipped | failed
+    seconds: float = 0.0
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+def _usage_totals(usage: dict[str, Any]) -> dict[str, int]:
+    tot = {"calls": 0, "cache_hits": 0, "tokens": 0, "unparsed": 0, "give_ups": 0}
+    for models in usage.values():
+        for u in models.values():
+            tot["calls"] += u["calls"]
+            tot["cache_hits"] += u["cache_hits"]
+            tot["tokens"] += u["prompt_tokens"] + u["completion_tokens"]
+            tot["unparsed"] += u["unparsed"]
+            tot["give_ups"] += u["give_ups"]
+    return tot
+
+
+def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progress: bool) -> None:
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    nb_out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(
+            str(nb_in),
+            str(nb_out),
+            parameters={"params_path": str(params_path), "run_dir": str(run_dir)},
+            kernel_name=ensure_kernel(),
+            progress_bar={"desc": nb_in.stem, "leave": True} if progress else False,
+            cwd=str(nb_in.parent),
+            stderr_file=sys.stderr if progress else None,
+        )
+    except PapermillExecutionError as exc:
+        raise StageFailed(
+            f"stage {nb_in.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}); "
+            f"see {nb_out}"
+        ) from None
+
+
+def run(
+    params_path: str | Path,
+    *,
+    stages: list[str] | None = None,
+    force: bool = False,
+    notebooks_dir: Path | None = None,
+    all_stages: tuple[Stage, ...] | None = None,
+    progress: bool = True,
+    base: Path | None = None,
+) -> list[StageResult]:
+    """Run the pipeline on a parameter file.
+
+    Args:
+        params_path: the YAML parameter file.
+        stages: names (or number prefixes such as ``01``) to run; default all.
+        force: rerun stages even when their outputs are complete.
+        notebooks_dir: where the numbered notebooks are (default: the repository's).
+        all_stages: the stage list (default ``STAGES``; tests pass their own).
+        progress: show papermill's per-cell progress bars.
+        base: folder that a relative ``outputs_dir`` is taken from (default: current folder).
+    Returns:
+        One StageResult per stage considered.
+    Raises:
+        ConfigError: invalid parameters (before anything runs).
+        StageFailed: a notebook raised; earlier stages' outputs are untouched.
+    """
+    params_path = Path(params_path).resolve()
+    cfg = config_mod.load(params_path)
+    nb_dir = notebooks_dir or default_notebooks_dir()
+    pipeline = STAGES if all_stages is None else all_stages
+    selected = _select(pipeline, stages)
+    run_dir = cfg.run_dir(base or Path.cwd()).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store.write_yaml(run_dir / "params.resolved.yaml", cfg.dump())
+    manifest = run_dir / "manifest.json"
+    from pbench.llm import Roles
+
+    store.update_json(
+        manifest,
+        {
+            "pbench_version": pbench.__version__,
+            "git_commit": git_commit(),
+            "python": platform.python_version(),
+            "params_file": params_path.name,
+            "run_name": cfg.run_name,
+            "models": Roles.bindings_of(cfg),
+        },
+    )
+    results: list[StageResult] = []
+    upstream: list[str] = []
+    started = time.perf_counter()
+    for st in pipeline:
+        nb_in = nb_dir / f"{st.name}.ipynb"
+        if not nb_in.is_file():
+            raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
+        fp = fingerprint(cfg, st, nb_in, upstream)
+        upstream.append(fp)
+        marker = run_dir / "stages" / f"{st.name}.json"
+        if st not in selected:
+            continue
+        done = store.read_json(marker, default={})
+        complete = all((run_dir / o).exists() for o in st.outputs)
+        if not force and done.get("fingerprint") == fp and complete:
+            results.append(StageResult(st.name, "skipped", 0.0, done.get("usage", {})))
+            continue
+        marker.unlink(missing_ok=True)
+        usage_file = run_dir / "stages" / f"{st.name}.usage.json"
+        usage_file.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        try:
+            _execute(nb_in, run_dir / "notebooks" / nb_in.name, params_path, run_dir, progress)
+        except StageFailed:
+            results.append(StageResult(st.name, "failed", time.perf_counter() - t0))
+            store.update_json(manifest, {"stages": {st.name: {"status": "failed"}}})
+            _print_summary(results)
+            raise
+        seconds = time.perf_counter() - t0
+        usage = store.read_json(usage_file, default={})
+        missing = [o for o in st.outputs if not (run_dir / o).exists()]
+        if missing:
+            raise StageFailed(f"stage {st.name} finished without writing {', '.join(missing)}")
+        store.write_json(marker, {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage})
+        store.update_json(
+            manifest,
+            {"stages": {st.name: {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage}}},
+        )
+        results.append(StageResult(st.name, "ran", seconds, usage))
+    store.update_json(manifest, {"last_run_seconds": round(time.perf_counter() - started, 2)})
+    _print_summary(results)
+    return results
+
+
+def _select(pipeline: tuple[Stage, ...], names: list[str] | None) -> list[Stage]:
+    if not names:
+        return list(pipeline)
+    chosen = []
+    for n in names:
+        match = [s for s in pipeline if s.name == n or s.name.split("_", 1)[0] == n]
+        if not match:
+            known = ", ".join(s.name for s in pipeline) or "(none yet)"
+            raise config_mod.ConfigError(f"--stages: unknown stage {n!r}; known: {known}")
+        chosen.extend(match)
+    return chosen
+
+
+def _print_summary(results: list[StageResult]) -> None:
+    if not results:
+        print("no stages to run")
+        return
+    rows = [("stage", "status", "seconds", "calls", "cache hits", "tokens", "unparsed", "give-ups")]
+    for r in results:
+        t = _usage_totals(r.usage)
+        rows.append((r.name, r.status, f"{r.seconds:.1f}", *(str(t[k]) for k in
+                     ("calls", "cache_hits", "tokens", "unparsed", "give_ups"))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+# --------------------------------------------------------------------------- inside a notebook
+
+
+@dataclass
+class StageContext:
+    """What a stage notebook works with: its validated parameters, run folder and models."""
+
+    name: str
+    cfg: RunConfig
+    run_dir: Path
+    _roles: Any = None
+
+    @property
+    def roles(self):
+        """The run's models by role (``pbench.llm.Roles``), created on first use."""
+        if self._roles is None:
+            from pbench.llm import Roles
+
+            self._roles = Roles(self.cfg, self.run_dir)
+        return self._roles
+
+    def path(self, *parts: str) -> Path:
+        p = self.run_dir.joinpath(*parts)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def finish(self) -> dict[str, Any]:
+        """Record this stage's model usage for the manifest. Call in the notebook's last cell."""
+        from pbench.llm import LEDGER
+
+        usage = LEDGER.snapshot()
+        store.write_json(self.path("stages", f"{self.name}.usage.json"), usage)
+        return usage
+
+
+def stage_context(name: str, params_path: str | Path, run_dir: str | Path) -> StageContext:
+    """Validate the parameters and open the run folder for a stage notebook.
+
+    Args:
+        name: the stage, e.g. ``01_social_graph``.
+        params_path: the YAML parameter file (papermill passes it).
+        run_dir: the run folder (papermill passes it; notebooks opened by hand derive it).
+    """
+    cfg = config_mod.load(params_path)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return StageContext(name, cfg, run_dir)

@@ -1,0 +1,147 @@
+"""Files of a run: atomic writes, append-only JSONL records, the manifest.
+
+Every stage writes through these helpers, so a run killed at any moment leaves each
+file either as it was or complete, never half written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | Path, default: Any = None) -> Any:
+    path = Path(path)
+    if not path.exists():
+        return default
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_yaml(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False, allow_unicode=True))
+
+
+@contextlib.contextmanager
+def locked(path: str | Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``<path>.lock``, for read-modify-write of shared files."""
+    lock = Path(str(path) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def append_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Append whole records to a JSONL file.
+
+    One ``write`` of complete lines under a lock, then fsync: a crash leaves at most a
+    torn last line, which ``read_jsonl`` drops and ``repair_jsonl`` cuts off.
+    """
+    payload = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+    if not payload:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path):
+        repair_jsonl(path)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def repair_jsonl(path: str | Path) -> int:
+    """Cut a torn last line (no newline at the end) left by a killed writer.
+
+    Returns:
+        The number of bytes removed.
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if not data or data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        fh.truncate(keep)
+        return len(data) - keep
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read every complete record of a JSONL file (a torn last line is ignored).
+
+    Raises:
+        ValueError: a complete line that is not valid JSON, naming the file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.endswith("\n"):
+                break
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON record ({exc.msg})") from None
+    return out
+
+
+def update_json(path: str | Path, update: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``update`` into a JSON object file, under a lock, atomically."""
+    path = Path(path)
+    with locked(path):
+        current = read_json(path, default={})
+        merged = _deep_merge(current, update)
+        write_json(path, merged)
+    return merged
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

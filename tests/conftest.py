@@ -1,0 +1,62 @@
+"""Shared test helpers: a scripted fake chat backend (a test double, never a default) and
+small parameter dictionaries made in code."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from pbench.llm import RawReply
+
+LOCAL = {"provider": "local", "model": "qwen2.5-0.5b"}
+
+
+def minimal_params(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "run_name": "t",
+        "seed": 1,
+        "models": {"generator": LOCAL, "assistant": [LOCAL], "prober": LOCAL, "judge": [LOCAL]},
+    }
+    for dotted, value in overrides.items():
+        node = data
+        *head, last = dotted.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return copy.deepcopy(data)
+
+
+class FakeBackend:
+    """Answers from a script: each entry is a reply text, an exception to raise, or a
+    callable of (messages, settings) returning either. Records every call it gets."""
+
+    def __init__(self, script: Sequence[Any] | Callable[..., Any], delay_s: float = 0.0) -> None:
+        self.identity = {"provider": "fake", "model": "scripted"}
+        self.script = list(script) if not callable(script) else script
+        self.calls: list[dict[str, Any]] = []
+        self.delay_s = delay_s
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def generate(self, messages, *, schema, settings) -> RawReply:
+        self.calls.append({"messages": list(messages), "schema": schema, "settings": dict(settings)})
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            item = self.script(messages, settings) if callable(self.script) else self.script.pop(0)
+        finally:
+            self.in_flight -= 1
+        if isinstance(item, BaseException):
+            raise item
+        return RawReply(item, prompt_tokens=10, completion_tokens=len(item.split()))
+
+
+@pytest.fixture
+def fake_backend() -> type[FakeBackend]:
+    return FakeBackend

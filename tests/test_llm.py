@@ -1,0 +1,142 @@
+import asyncio
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from pbench import config, llm
+from tests.conftest import FakeBackend, minimal_params
+
+
+class Verdict(BaseModel):
+    leaked: bool
+    reason: str
+
+
+MSG = [{"role": "user", "content": "Did it leak?"}]
+
+
+def make(backend, tmp_path=None, **spec_over):
+    spec = config.ModelSpec(provider="openai", model="m", max_retries=2, parse_retries=2, **spec_over)
+    cache = llm.ResponseCache(tmp_path / "c.sqlite") if tmp_path is not None else None
+    return llm.ChatModel(spec, "judge", backend, cache, seed=5, backoff_s=0.0, ledger=llm.Ledger())
+
+
+def test_schema_reply_is_parsed_and_counted():
+    b = FakeBackend(['{"leaked": true, "reason": "said it"}'])
+    m = make(b)
+    c = m.complete(MSG, Verdict)
+    assert c.parsed == Verdict(leaked=True, reason="said it")
+    assert not c.unparsed
+    u = m.ledger.snapshot()["judge"]["m"]
+    assert (u["calls"], u["prompt_tokens"], u["completion_tokens"]) == (1, 10, 5)  # the fake counts words
+    assert b.calls[0]["schema"]["properties"]["leaked"]["type"] == "boolean"
+
+
+def test_fenced_json_is_accepted():
+    m = make(FakeBackend(['```json\n{"leaked": false, "reason": "no"}\n```']))
+    assert m.complete(MSG, Verdict).parsed.leaked is False
+
+
+def test_unparsable_reply_is_retried_with_new_seeds_then_recorded_unparsed():
+    b = FakeBackend(["No leak.", "", '{"leaked": "maybe"}'])
+    m = make(b)
+    c = m.complete(MSG, Verdict)
+    assert c.unparsed is True and c.parsed is None  # never a default verdict
+    assert c.text == '{"leaked": "maybe"}' and c.attempts == 3
+    assert [call["settings"]["seed"] for call in b.calls] == [5, 6, 7]
+    u = m.ledger.snapshot()["judge"]["m"]
+    assert (u["parse_failures"], u["unparsed"], u["calls"]) == (3, 1, 3)
+
+
+def test_parse_retry_recovers():
+    m = make(FakeBackend(["not json", '{"leaked": true, "reason": "r"}']))
+    c = m.complete(MSG, Verdict)
+    assert c.parsed.leaked and c.attempts == 2 and not c.unparsed
+
+
+def test_empty_free_text_reply_is_unparsed():
+    m = make(FakeBackend(["", " ", "\n"]))
+    assert m.complete(MSG).unparsed
+
+
+def test_cache_hit_makes_no_call(tmp_path):
+    b = FakeBackend(['{"leaked": false, "reason": "a"}'])
+    first = make(b, tmp_path).complete(MSG, Verdict)
+    again = make(b, tmp_path)  # a new process would build a new model over the same file
+    second = again.complete(MSG, Verdict)
+    assert len(b.calls) == 1
+    assert second.cached and not first.cached and second.parsed == first.parsed
+    assert again.ledger.snapshot()["judge"]["m"]["cache_hits"] == 1
+
+
+def test_cache_misses_when_settings_or_messages_change(tmp_path):
+    b = FakeBackend(lambda messages, settings: "hello")
+    m = make(b, tmp_path)
+    m.complete(MSG)
+    m.complete(MSG, temperature=0.0)
+    m.complete([{"role": "user", "content": "other"}])
+    m.complete(MSG, seed=99)
+    m.complete(MSG)
+    assert len(b.calls) == 4
+
+
+def test_transient_errors_are_retried_within_bounds():
+    b = FakeBackend([httpx.ConnectError("down"), llm.TransientError("503"), "fine"])
+    m = make(b)
+    assert m.complete(MSG).text == "fine"
+    u = m.ledger.snapshot()["judge"]["m"]
+    assert (u["calls"], u["retries"], u["give_ups"]) == (3, 2, 0)
+
+
+def test_persistent_transient_errors_give_up_with_a_named_error():
+    b = FakeBackend(lambda messages, settings: httpx.ReadTimeout("slow"))
+    m = make(b)
+    with pytest.raises(llm.LLMError, match=r"gave up after 3 attempts \(ReadTimeout"):
+        m.complete(MSG)
+    assert len(b.calls) == 3
+    assert m.ledger.snapshot()["judge"]["m"]["give_ups"] == 1
+
+
+def test_other_errors_are_not_retried():
+    b = FakeBackend([KeyError("bug"), "never"])
+    with pytest.raises(KeyError):
+        make(b).complete(MSG)
+    assert len(b.calls) == 1
+
+
+def test_concurrency_is_bounded_per_model():
+    b = FakeBackend(lambda messages, settings: "ok", delay_s=0.05)
+    m = make(b, max_concurrency=3)
+
+    async def many():
+        return await asyncio.gather(*(m.acomplete([{"role": "user", "content": str(i)}]) for i in range(12)))
+
+    out = asyncio.run(many())
+    assert len(out) == 12 and b.max_in_flight == 3
+
+
+def test_roles_bind_models_and_share_backends(tmp_path):
+    cfg = config.parse(minimal_params())
+    built = []
+
+    def factory(spec):
+        built.append(spec)
+        return FakeBackend(lambda messages, settings: "x")
+
+    roles = llm.Roles(cfg, tmp_path, backend_factory=factory)
+    gen = roles.role("generator")
+    judges = roles.panel("judge")
+    assert gen.role == "generator" and [j.role for j in judges] == ["judge"]
+    assert gen.backend is judges[0].backend and len(built) == 1  # one model, one backend
+    assert gen.concurrency == cfg.models.generator.n_parallel  # local: as many as server slots
+    with pytest.raises(ValueError, match="use panel"):
+        roles.role("judge")
+    assert roles.bindings_of(cfg)["judge"][0]["sha256"].startswith("1d9614")
+
+
+def test_missing_api_key_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("PBENCH_TEST_KEY", raising=False)
+    spec = config.ModelSpec(provider="openai", model="m", api_key_env="PBENCH_TEST_KEY")
+    with pytest.raises(llm.LLMError, match="PBENCH_TEST_KEY is not set"):
+        llm.make_backend(spec)

@@ -1,0 +1,23 @@
+"""The embedded local provider, for real: the 0.5B model served by xllamacpp in-process."""
+
+import pytest
+from pydantic import BaseModel
+
+from pbench import config, embedded, llm
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+    city: str
+
+
+@pytest.mark.slow
+def test_embedded_model_answers_a_schema_constrained_request(tmp_path):
+    spec = config.ModelSpec(provider="local", model="qwen2.5-0.5b", n_ctx=2048, n_parallel=1, max_tokens=80)
+    model = llm.ChatModel(spec, "generator", llm.make_backend(spec), None, seed=3, ledger=llm.Ledger())
+    c = model.complete([{"role": "user", "content": "Invent a person who lives in Peru."}], Person)
+    assert not c.unparsed, c.text
+    assert isinstance(c.parsed, Person) and c.parsed.name
+    assert c.prompt_tokens > 0 and c.completion_tokens > 0
+    assert embedded.ensure("qwen2.5-0.5b").stat().st_size == embedded.EMBEDDED["qwen2.5-0.5b"].size
