@@ -44,7 +44,10 @@ class Stage:
 
 
 # Later issues add their stages here, in order.
-STAGES: tuple[Stage, ...] = ()
+STAGES: tuple[Stage, ...] = (
+    Stage("01_social_graph", reads=("seed", "period", "community", "models.generator"),
+          outputs=("community.json", "community.graphml")),
+)
 
 KERNEL_NAME = "pbench"
 
@@ -135,6 +138,18 @@ def _usage_totals(usage: dict[str, Any]) -> dict[str, int]:
     return tot
 
 
+class _KernelStderr:
+    """Passes a notebook's stderr (its progress bars) to ours, minus the kernel's own chatter."""
+
+    def write(self, text: str) -> int:
+        if "[IPKernelApp]" not in text:
+            sys.stderr.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progress: bool) -> None:
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -148,7 +163,7 @@ def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progre
             kernel_name=ensure_kernel(),
             progress_bar={"desc": nb_in.stem, "leave": True} if progress else False,
             cwd=str(nb_in.parent),
-            stderr_file=sys.stderr if progress else None,
+            stderr_file=_KernelStderr() if progress else None,
         )
     except PapermillExecutionError as exc:
         raise StageFailed(
@@ -234,15 +249,14 @@ def run(
             _print_summary(results)
             raise
         seconds = time.perf_counter() - t0
-        usage = store.read_json(usage_file, default={})
+        record = store.read_json(usage_file, default={})
+        usage, metrics = record.get("llm", {}), record.get("metrics", {})
         missing = [o for o in st.outputs if not (run_dir / o).exists()]
         if missing:
             raise StageFailed(f"stage {st.name} finished without writing {', '.join(missing)}")
-        store.write_json(marker, {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage})
-        store.update_json(
-            manifest,
-            {"stages": {st.name: {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage}}},
-        )
+        store.write_json(marker, {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics})
+        entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
+        store.update_json(manifest, {"stages": {st.name: entry}})
         results.append(StageResult(st.name, "ran", seconds, usage))
     store.update_json(manifest, {"last_run_seconds": round(time.perf_counter() - started, 2)})
     _print_summary(results)
@@ -302,13 +316,26 @@ class StageContext:
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
-    def finish(self) -> dict[str, Any]:
-        """Record this stage's model usage for the manifest. Call in the notebook's last cell."""
+    def finish(self, **metrics: Any) -> dict[str, Any]:
+        """Record this stage's model usage and metrics for the manifest. Call in the last cell.
+
+        Args:
+            metrics: stage figures worth keeping (e.g. calls per person), JSON-serialisable.
+        """
         from pbench.llm import LEDGER
 
-        usage = LEDGER.snapshot()
-        store.write_json(self.path("stages", f"{self.name}.usage.json"), usage)
-        return usage
+        record = {"llm": LEDGER.snapshot(), "metrics": metrics}
+        store.write_json(self.path("stages", f"{self.name}.usage.json"), record)
+        return record
+
+
+def per_unit(usage: dict[str, Any], n: int) -> dict[str, float]:
+    """Model calls, tokens and model seconds per unit of work (per person, per document...)."""
+    calls = sum(u["calls"] for models in usage.values() for u in models.values())
+    tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for models in usage.values() for u in models.values())
+    seconds = sum(u["seconds"] for models in usage.values() for u in models.values())
+    n = max(n, 1)
+    return {"calls": round(calls / n, 2), "tokens": round(tokens / n, 1), "model_seconds": round(seconds / n, 1)}
 
 
 def stage_context(name: str, params_path: str | Path, run_dir: str | Path) -> StageContext:

@@ -1,0 +1,104 @@
+"""Typed records of a run. Each stage adds its own records here as it lands.
+
+Dates are inclusive: a value, relationship or membership is active on day ``t`` when
+``start <= t <= end`` (``end`` None: never ends, for permanent bonds).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Relationship kinds. Family and partners are permanent; the rest are dated.
+PERMANENT_KINDS = ("family", "partner")
+WORK_KINDS = ("colleague", "manager")  # bound to a shared employer
+PLACE_KINDS = ("neighbour",)  # bound to a shared location
+RelationshipKind = Literal[
+    "family", "partner", "friend", "colleague", "manager", "neighbour", "hobby_friend",
+    "classmate", "business_partner", "acquaintance",
+]
+TEMPORAL_ATTRIBUTES = ("occupation", "employer", "location", "education")
+ATTRIBUTES = (
+    "age", "gender", *TEMPORAL_ATTRIBUTES, "interests", "beliefs", "texting_style", "blogging_style",
+    "shopping_preferences",
+)
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttributeValue(Record):
+    """One value of a profile attribute and the days it holds (section 3.1)."""
+
+    name: str
+    value: str
+    valid_from: dt.date
+    valid_to: dt.date
+
+    def active(self, t: dt.date) -> bool:
+        return self.valid_from <= t <= self.valid_to
+
+
+class Person(Record):
+    id: str
+    name: str
+    persona: str = Field(description="the seed persona text this person was generated from")
+    origin: Literal["seed", "expansion"]
+    attributes: list[AttributeValue]
+
+
+class Relationship(Record):
+    """A dated bond between two people. For ``manager``, ``a`` manages ``b``."""
+
+    id: str
+    a: str
+    b: str
+    kind: RelationshipKind
+    permanent: bool
+    start: dt.date
+    end: dt.date | None = None
+    why: str = ""
+    source: Literal["generator", "expansion", "repair", "evolution"] = "generator"
+
+    def active(self, t: dt.date) -> bool:
+        return self.start <= t and (self.end is None or t <= self.end)
+
+    def other(self, pid: str) -> str:
+        return self.b if pid == self.a else self.a
+
+
+class Membership(Record):
+    person: str
+    start: dt.date
+    end: dt.date
+
+    def active(self, t: dt.date) -> bool:
+        return self.start <= t <= self.end
+
+
+class Group(Record):
+    id: str
+    name: str
+    purpose: str
+    basis: str = Field(description="the shared attribute the group formed around, e.g. 'employer: Ridgeway Clinic'")
+    members: list[Membership]
+
+
+class Change(Record):
+    """One thing code changed in what the generator proposed (validation and repair)."""
+
+    check: str
+    record: str
+    action: str
+
+
+class Community(Record):
+    period_start: dt.date
+    period_end: dt.date
+    people: list[Person]
+    relationships: list[Relationship]
+    groups: list[Group]
+    changes: list[Change] = Field(default_factory=list)
