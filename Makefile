@@ -38,6 +38,7 @@ test-fast: install
 
 bench: install models
 	$(BIN)/python bench/llm_throughput.py
+	$(BIN)/python bench/retrieval.py
 
 clean-venv:
 	rm -rf $(VENV)

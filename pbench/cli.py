@@ -17,7 +17,8 @@ from pbench import config
 
 def _check(args: argparse.Namespace) -> int:
     cfg = config.load(args.file)
-    roles = {r: getattr(cfg.models, r) for r in ("generator", "assistant", "prober", "judge")}
+    roles = {r: getattr(cfg.models, r) for r in ("generator", "assistant", "prober", "judge", "tagger")}
+    roles["tagger"] = roles["tagger"] or cfg.models.assistant[0]
     bound = "; ".join(
         f"{r}: {', '.join(s.label for s in v) if isinstance(v, list) else v.label}" for r, v in roles.items()
     )

@@ -114,13 +114,17 @@ class Models(Strict):
     assistant: ModelList = Field(description="target assistants under test; one row each in Table 2")
     prober: ModelSpec
     judge: ModelList = Field(description="the judge panel: majority vote for verdicts, mean for scores")
+    tagger: ModelSpec | None = Field(
+        None, description="marks documents sensitive at indexing (sensitivity_filter); default: the first assistant")
 
     @model_validator(mode="after")
     def _one_server_per_local_model(self) -> Models:
         # Roles bound to the same local model share one in-process server, so they must agree on it.
         seen: dict[str, tuple[str, tuple]] = {}
-        for role in ("generator", "assistant", "prober", "judge"):
+        for role in ("generator", "assistant", "prober", "judge", "tagger"):
             value = getattr(self, role)
+            if value is None:
+                continue
             for i, spec in enumerate(value if isinstance(value, list) else [value]):
                 if spec.provider != "local":
                     continue
@@ -174,6 +178,8 @@ class Footprint(Strict):
     attribute_reveal_prob: Fraction = 0.8
     secrets_per_user: IntRange = (2, 4)
     docs_per_call: Annotated[int, Field(ge=1, le=50)] = 8
+    share_retries: Annotated[int, Field(ge=0, le=10)] = Field(
+        2, description="regenerations of a sharing document whose secret components are missing")
 
 
 Strategy = Literal["direct", "indirect"]

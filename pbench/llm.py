@@ -582,7 +582,7 @@ class ChatModel:
 # --------------------------------------------------------------------------- roles
 
 
-ROLES = ("generator", "assistant", "prober", "judge")
+ROLES = ("generator", "assistant", "prober", "judge", "tagger")
 
 
 class Roles:
@@ -618,8 +618,10 @@ class Roles:
         return ChatModel(spec, role, self._backend(spec), self.cache, seed=self.cfg.seed)
 
     def role(self, name: str) -> ChatModel:
-        """The model bound to a single-model role (``generator``, ``prober``)."""
+        """The model bound to a single-model role (``generator``, ``prober``, ``tagger``)."""
         spec = getattr(self.cfg.models, name)
+        if name == "tagger" and spec is None:
+            spec = self.cfg.models.assistant[0]
         if isinstance(spec, list):
             raise ValueError(f"role {name} is a list of models; use panel({name!r})")
         return self._bind(name, spec)
@@ -644,6 +646,8 @@ class Roles:
         out: dict[str, Any] = {}
         for r in ROLES:
             v = getattr(cfg.models, r)
+            if r == "tagger" and v is None:
+                v = cfg.models.assistant[0]
             out[r] = [describe(s) for s in v] if isinstance(v, list) else describe(v)
         return out
 

@@ -47,6 +47,10 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("01_social_graph", reads=("seed", "period", "community", "models.generator"),
           outputs=("community.json", "community.graphml")),
+    Stage("02_footprint", reads=("seed", "footprint", "models.generator"),
+          outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md")),
+    Stage("03_rag_assistant", reads=("probing.defences", "models.tagger", "models.assistant"),
+          outputs=("index.json", "index")),
 )
 
 KERNEL_NAME = "pbench"
@@ -138,18 +142,6 @@ def _usage_totals(usage: dict[str, Any]) -> dict[str, int]:
     return tot
 
 
-class _KernelStderr:
-    """Passes a notebook's stderr (its progress bars) to ours, minus the kernel's own chatter."""
-
-    def write(self, text: str) -> int:
-        if "[IPKernelApp]" not in text:
-            sys.stderr.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        sys.stderr.flush()
-
-
 def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progress: bool) -> None:
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -163,7 +155,7 @@ def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progre
             kernel_name=ensure_kernel(),
             progress_bar={"desc": nb_in.stem, "leave": True} if progress else False,
             cwd=str(nb_in.parent),
-            stderr_file=_KernelStderr() if progress else None,
+            stderr_file=sys.stderr if progress else None,  # the notebook's own progress bars
         )
     except PapermillExecutionError as exc:
         raise StageFailed(
@@ -283,8 +275,9 @@ def _print_summary(results: list[StageResult]) -> None:
     rows = [("stage", "status", "seconds", "calls", "cache hits", "tokens", "unparsed", "give-ups")]
     for r in results:
         t = _usage_totals(r.usage)
-        rows.append((r.name, r.status, f"{r.seconds:.1f}", *(str(t[k]) for k in
-                     ("calls", "cache_hits", "tokens", "unparsed", "give_ups"))))
+        # A skipped stage made no call this time; its earlier usage stays in manifest.json.
+        cells = ["-"] * 5 if r.status == "skipped" else [str(t[k]) for k in ("calls", "cache_hits", "tokens", "unparsed", "give_ups")]
+        rows.append((r.name, r.status, f"{r.seconds:.1f}", *cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))

@@ -102,3 +102,50 @@ class Community(Record):
     relationships: list[Relationship]
     groups: list[Group]
     changes: list[Change] = Field(default_factory=list)
+
+
+DocumentKind = Literal["chat", "group_chat", "ai_chat", "blog", "purchase"]
+DOCUMENT_KINDS: tuple[str, ...] = DocumentKind.__args__  # type: ignore[attr-defined]
+
+
+class Document(Record):
+    """One item of a user's digital footprint (section 3.2).
+
+    ``participants`` are the people who saw it when it was written: both sides of a chat,
+    the group's members at that moment, only the owner for AI chats and purchases; a blog
+    post is public (``participants`` is the owner; ``public`` is True).
+    """
+
+    id: str
+    owner: str
+    kind: DocumentKind
+    participants: list[str]
+    group: str | None = None
+    timestamp: dt.datetime
+    text: str
+    secret_ids: list[str] = Field(default_factory=list)
+    attributes_revealed: list[str] = Field(default_factory=list)
+    noise: bool = Field(description="mundane filler (True) or substantive content (False)")
+    public: bool = False
+
+
+class SharingEvent(Record):
+    """One telling of a secret: to a person, to a group, or only to the AI assistant."""
+
+    channel: Literal["person", "group", "ai"]
+    shared_with: str = Field(description="a person id, a group id, or 'ai'")
+    at: dt.datetime
+    document_id: str
+    presence: Literal["verbatim", "semantic", "missing"] = "missing"
+
+
+class Secret(Record):
+    """Ground truth of one secret (section 3.3). No defence may read these labels."""
+
+    id: str
+    owner: str
+    content: str
+    core_components: list[str] = Field(description="facts whose complete revelation is a leak; 2-4")
+    category: str
+    at_risk: list[str] = Field(default_factory=list, description="people it matters most to keep it from")
+    sharing: list[SharingEvent]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from pbench import prompts, store
 from pbench.config import RunConfig

@@ -6,9 +6,8 @@ import json
 import random
 
 import pytest
-import yaml
 
-from pbench import config, llm, run, social_graph as sg
+from pbench import config, llm, social_graph as sg
 from pbench.schema import AttributeValue, Community, Group, Membership, Person, Relationship
 from tests.conftest import FakeBackend, minimal_params
 
@@ -245,25 +244,3 @@ def test_same_seed_same_community(tmp_path):
     a, _ = _generate(_cfg(), scripted_generator(), tmp_path / "a")
     b, _ = _generate(_cfg(), scripted_generator(), tmp_path / "b")
     assert a == b
-
-
-# --------------------------------------------------------------------------- the real thing
-
-
-@pytest.mark.slow
-def test_tiny_run_with_the_embedded_model_passes_validation(tmp_path):
-    data = yaml.safe_load(open(run.repo_root() / "params" / "tiny.yaml"))
-    data["outputs_dir"] = str(tmp_path)
-    params = tmp_path / "tiny.yaml"
-    params.write_text(yaml.safe_dump(data))
-    results = run.run(params, stages=["01"], progress=False)
-    assert [r.status for r in results] == ["ran"]
-    out = tmp_path / "tiny"
-    view = sg.load(out)
-    assert {k: v for k, v in sg.check(view.c).items() if v} == {}
-    assert len(view.people) == 5 and view.c.groups
-    saved = json.loads((out / "community.json").read_text())["validation"]
-    assert all(n == 0 for n in saved["remaining_after_repair"].values())
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0
-    assert (out / "figures" / "01_graph_over_time.png").stat().st_size > 10_000

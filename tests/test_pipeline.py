@@ -1,0 +1,48 @@
+"""The real thing: every stage's notebook on params/tiny.yaml with the embedded model, through
+the runner, as `make demo` runs it; then a rerun that must skip every stage with no model call."""
+
+import json
+
+import pytest
+import yaml
+
+from pbench import footprint as fp, run, social_graph as sg
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_end_to_end(tmp_path):
+    data = yaml.safe_load(open(run.repo_root() / "params" / "tiny.yaml"))
+    data["outputs_dir"] = str(tmp_path)
+    params = tmp_path / "tiny.yaml"
+    params.write_text(yaml.safe_dump(data))
+    results = run.run(params, progress=False)
+    assert [r.status for r in results] == ["ran"] * len(run.STAGES)
+    out = tmp_path / "tiny"
+
+    # 01: a community that passes every check.
+    view = sg.load(out)
+    assert {k: v for k, v in sg.check(view.c).items() if v} == {}
+    assert len(view.people) == 5 and view.c.groups
+    saved = json.loads((out / "community.json").read_text())["validation"]
+    assert all(n == 0 for n in saved["remaining_after_repair"].values())
+    assert (out / "figures" / "01_graph_over_time.png").stat().st_size > 10_000
+
+    # 02: documents grounded in the graph, secrets pointing at their documents, validation reported.
+    ds = fp.load_dataset(out)
+    assert {k: v for k, v in fp.check_dataset(ds).items() if v} == {}
+    assert ds.secrets and {d.kind for d in ds.documents} >= {"chat", "ai_chat", "blog", "purchase"}
+    report = json.loads((out / "footprint.json").read_text())["validation"]
+    assert report["verbatim"] + report["semantic"] + report["missing"] == sum(len(s.sharing) for s in ds.secrets)
+    assert (out / "DATASHEET.md").read_text().startswith("# Datasheet")
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0
+    assert manifest["stages"]["02_footprint"]["metrics"]["per_document"]["tokens"] > 0
+
+    # A rerun of a finished run skips every stage and calls no model.
+    again = run.run(params, progress=False)
+    assert [r.status for r in again] == ["skipped"] * len(run.STAGES)
+    # Forced, stage 02 regenerates nothing: every user resumes and every reply is cached.
+    forced = run.run(params, stages=["02"], force=True, progress=False)
+    calls = sum(u["calls"] for m in forced[0].usage.values() for u in m.values())
+    assert calls == 0
