@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from pbench import prompts, store
+from pbench import figures, prompts, store
 from pbench.config import RunConfig
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
 from pbench.social_graph import CommunityView
@@ -767,12 +767,7 @@ def draw_documents_timeline(ds: Dataset, uid: str, path: Path | None = None):
         handles.append(Line2D([], [], marker="*", color="#d62728", ls="", markersize=12))
         labels.append("shares a secret")
     ax.legend(handles, labels, loc="upper right", fontsize=8)
-    fig.tight_layout()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path.with_suffix(".png"), dpi=110)
-        fig.savefig(path.with_suffix(".pdf"))
-    return fig
+    return figures.save(fig, path)
 
 
 def examples(ds: Dataset, per_kind: int = 1):

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel
 
-from pbench import prompts, store
+from pbench import figures, prompts, store
 from pbench.config import RunConfig
 from pbench.schema import (
     PERMANENT_KINDS,
@@ -876,12 +876,7 @@ def draw_graph_at(view: CommunityView, dates: list[dt.date], path: Path | None =
     handles = [Line2D([0], [0], color=KIND_COLOURS[k], lw=2, label=k) for k in used]
     handles += [Patch(facecolor=group_colour[gid], edgecolor="black", label=f"group: {g.name}") for gid, g in view.groups.items()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path.with_suffix(".png"), dpi=110)
-        fig.savefig(path.with_suffix(".pdf"))
-    return fig
+    return figures.save(fig, path, rect=(0, 0.1, 1, 1))
 
 
 def draw_timeline(view: CommunityView, pid: str, path: Path | None = None):
@@ -915,12 +910,7 @@ def draw_timeline(view: CommunityView, pid: str, path: Path | None = None):
     ax.xaxis_date()
     ax.set_xlim(mdates.date2num(start), mdates.date2num(end + DAY))
     ax.set_title(f"{view.name(pid)} over the period")
-    fig.tight_layout()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path.with_suffix(".png"), dpi=110)
-        fig.savefig(path.with_suffix(".pdf"))
-    return fig
+    return figures.save(fig, path)
 
 
 def snapshot_dates(view: CommunityView, n: int = 3) -> list[dt.date]:
