@@ -644,7 +644,11 @@ class Generator:
 
     def _relationship(self, rid: str, a: str, b: str, kind: str, since_year: int, why: str, source: str) -> Relationship:
         year = min(max(since_year, 1900), self.end.year)
-        start = min(dt.date(year, 1, 1) + dt.timedelta(days=self.rng.randrange(365)), self.end)
+        start = dt.date(year, 1, 1) + dt.timedelta(days=self.rng.randrange(365))
+        if source == "generator":
+            start = min(start, self.start)  # the seeds were asked how they know each other at the start
+        elif start >= self.start:  # a newcomer met during the period: somewhere in its first nine tenths
+            start = self.start + dt.timedelta(days=self.rng.randrange(max(int((self.end - self.start).days * 0.9), 1)))
         if year != since_year:
             self.changes.append(Change(check="dates", record=rid, action=f"since_year {since_year} implausible: {year}"))
         permanent = kind in PERMANENT_KINDS

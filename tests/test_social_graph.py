@@ -181,7 +181,7 @@ def scripted_generator(unparsable_groups=False):
         text = messages[-1]["content"]
         if "Decide how they know each other" in text:
             return json.dumps({"relationships": [
-                {"a": "u01", "b": "u02", "kind": "colleague", "since_year": 2020, "why": "same office"},
+                {"a": "u01", "b": "u02", "kind": "colleague", "since_year": 2024, "why": "same office"},
                 {"a": "u02", "b": "u03", "kind": "manager", "since_year": 2021, "why": "boss"},  # u03 is at Zeta
                 {"a": "u01", "b": "u77", "kind": "friend", "since_year": 2020, "why": "ghost"},
             ]})
@@ -220,6 +220,8 @@ def test_generation_with_a_scripted_generator_passes_validation(tmp_path):
     # The seeds all move from Acme to Bolt in June 2023: moving together, they stay colleagues.
     r1 = next(r for r in community.relationships if r.id == "r1")
     assert r1.kind == "colleague" and r1.end == D(2024, 12, 31)
+    # Seeds describe how they know each other at the start, whatever year they name.
+    assert r1.start == D(2023, 1, 1)
     assert v.attributes_at("u01", D(2023, 6, 1))["employer"] == "Bolt"
     # Ben "manages" Cy, who works at Zeta: no shared employer, so they are only acquaintances.
     assert next(r for r in community.relationships if r.id == "r2").kind == "acquaintance"
