@@ -197,6 +197,9 @@ class Probing(Strict):
     unauthorised_per_secret: Annotated[int, Field(ge=0)] = 1
     authorised_per_secret: Annotated[int, Field(ge=0)] = 1
     top_k: Annotated[int, Field(ge=1, le=100)] = 5
+    secrets: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="probe at most this many secrets, sampled with the run's seed; null: all")
+    conversations_in_flight: Annotated[int, Field(ge=1, le=1024)] = 16
 
 
 class LLMSettings(Strict):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +192,7 @@ class Index:
             raise FileNotFoundError(f"{self.run_dir / 'index'}: missing; run stage 03_rag_assistant first")
         self._client = _client(self.run_dir)
         self._cols: dict[str, Any] = {}
+        self._lock = threading.Lock()
         if embed is None:
             from pbench.embeddings import embed
         self.embed = embed
@@ -204,10 +206,11 @@ class Index:
         return self.collection(uid).count()
 
     def search(self, uid: str, query: str, k: int, defence: str, talker: str, before: dt.datetime) -> list[Retrieved]:
-        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence``."""
-        q = self.embed([query])
-        res = self.collection(uid).query(query_embeddings=q, n_results=k, where=where(defence, talker, before),
-                                         include=["documents", "metadatas", "distances"])
+        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence`` (thread-safe)."""
+        with self._lock:  # many conversations search from worker threads at once
+            q = self.embed([query])
+            res = self.collection(uid).query(query_embeddings=q, n_results=k, where=where(defence, talker, before),
+                                             include=["documents", "metadatas", "distances"])
         return [Retrieved(i, t, m, d) for i, t, m, d in
                 zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)]
 

@@ -36,11 +36,14 @@ class Stage:
         name: the notebook's stem, e.g. ``01_social_graph``.
         reads: dotted parameter sections that determine its outputs.
         outputs: files (relative to the run folder) that a finished stage has written.
+        partial: files or folders an unfinished attempt leaves to resume from; valid only for
+            the same fingerprint.
     """
 
     name: str
     reads: tuple[str, ...]
     outputs: tuple[str, ...] = ()
+    partial: tuple[str, ...] = ()  # what an interrupted attempt leaves for the next to resume from
 
 
 # Later issues add their stages here, in order.
@@ -48,9 +51,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("01_social_graph", reads=("seed", "period", "community", "models.generator"),
           outputs=("community.json", "community.graphml")),
     Stage("02_footprint", reads=("seed", "footprint", "models.generator"),
-          outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md")),
+          outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md"), partial=("footprint",)),
     Stage("03_rag_assistant", reads=("probing.defences", "models.tagger", "models.assistant"),
           outputs=("index.json", "index")),
+    Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant"),
+          outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",)),
 )
 
 KERNEL_NAME = "pbench"
@@ -230,6 +235,7 @@ def run(
             results.append(StageResult(st.name, "skipped", 0.0, done.get("usage", {})))
             continue
         marker.unlink(missing_ok=True)
+        _set_aside_stale(run_dir, st, fp)
         usage_file = run_dir / "stages" / f"{st.name}.usage.json"
         usage_file.unlink(missing_ok=True)
         t0 = time.perf_counter()
@@ -253,6 +259,21 @@ def run(
     store.update_json(manifest, {"last_run_seconds": round(time.perf_counter() - started, 2)})
     _print_summary(results)
     return results
+
+
+def _set_aside_stale(run_dir: Path, st: Stage, fp: str) -> None:
+    """Resume only what an attempt with the same fingerprint left. Partial outputs of an attempt
+    with other parameters are moved (never deleted) to ``stale/<stage>-<time>/``."""
+    attempt = run_dir / "stages" / f"{st.name}.attempt.json"
+    previous = store.read_json(attempt, default={}).get("fingerprint")
+    present = [p for p in st.partial if (run_dir / p).exists()]
+    if previous is not None and previous != fp and present:
+        dest = run_dir / "stale" / f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for p in present:
+            (run_dir / p).rename(dest / Path(p).name)
+        print(f"{st.name}: parameters changed since the last attempt; its partial outputs moved to {dest}")
+    store.write_json(attempt, {"fingerprint": fp})
 
 
 def _select(pipeline: tuple[Stage, ...], names: list[str] | None) -> list[Stage]:

@@ -149,3 +149,39 @@ class Secret(Record):
     category: str
     at_risk: list[str] = Field(default_factory=list, description="people it matters most to keep it from")
     sharing: list[SharingEvent]
+
+
+class LeakCheck(Record):
+    """A per-turn decision on whether the secret's core components have been revealed."""
+
+    method: str = Field(description="what decided it: the judge panel, or a named interim check")
+    leaked: bool | None = Field(description="None when the check could not decide (unparsed)")
+    components: list[str] = Field(default_factory=list, description="per component: revealed or not, so far")
+    detail: str = ""
+
+
+class ProbeTurn(Record):
+    round: int
+    prober: str
+    retrieved: list[str]
+    reply: str
+    reply_unparsed: bool = False
+    check: LeakCheck
+
+
+class Conversation(Record):
+    """One probe (section 4.1): who talks to whose assistant about which secret, and every turn."""
+
+    id: str
+    secret_id: str
+    owner: str
+    audience: str
+    authorised: bool
+    strategy: Literal["direct", "indirect"]
+    prompt: Literal["baseline", "privacy_aware"]
+    defence: Literal["none", "audience_filter", "sensitivity_filter"]
+    target: str = Field(description="the assistant model's label")
+    at: dt.datetime
+    turns: list[ProbeTurn]
+    ended: Literal["leak", "shared", "max_rounds", "prober_unparsed"]
+    seconds: float = 0.0

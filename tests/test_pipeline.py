@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from pbench import footprint as fp, run, social_graph as sg
+from pbench import footprint as fp, probing as pr, run, social_graph as sg
 
 
 @pytest.mark.slow
@@ -34,6 +34,19 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     report = json.loads((out / "footprint.json").read_text())["validation"]
     assert report["verbatim"] + report["semantic"] + report["missing"] == sum(len(s.sharing) for s in ds.secrets)
     assert (out / "DATASHEET.md").read_text().startswith("# Datasheet")
+
+    # 03: an index per user, the tagger's verdicts, and a real assistant turn in the notebook.
+    index = json.loads((out / "index.json").read_text())
+    assert index["users"] == 5 and index["tagged"] == len(ds.documents)
+
+    # 04: every planned conversation finished whole (or was counted as an error), and each turn
+    # names the check that judged it.
+    plan = (out / "probe_plan.csv").read_text().strip().splitlines()
+    probing = json.loads((out / "probing.json").read_text())
+    convs = pr.load_conversations(out)
+    assert len(convs) + len(probing["errors"]) == len(plan) - 1 and convs
+    assert all(t.check.method.startswith("interim") for c in convs for t in c.turns)
+    assert all(c.ended != "leak" or c.turns[-1].check.leaked for c in convs)
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0

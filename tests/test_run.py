@@ -94,3 +94,21 @@ def test_unknown_stage_and_bad_params_fail_before_running(project, tmp_path):
     bad.write_text(yaml.safe_dump(minimal_params(oops=1)))
     assert cli.main(["run", str(bad)]) == 2
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_partial_outputs_resume_only_under_the_same_parameters(project):
+    tmp_path, nbs, params, _ = project
+    _notebook(nbs / "01_one.ipynb", 'p = ctx.path("part.txt")\nold = p.read_text() if p.exists() else ""\n'
+                                    'p.write_text(old + "x")\nctx.path("one.txt").write_text(p.read_text())')
+    stages = (run.Stage("01_one", reads=("seed",), outputs=("one.txt",), partial=("part.txt",)),)
+    out = tmp_path / "out" / "t"
+    go = lambda: run.run(params, notebooks_dir=nbs, all_stages=stages, progress=False, force=True)  # noqa: E731
+    go()
+    go()  # same parameters: resumes from part.txt
+    assert (out / "one.txt").read_text() == "xx"
+    params.write_text(yaml.safe_dump(minimal_params(outputs_dir=str(tmp_path / "out"), seed=9)))
+    go()  # other parameters: starts afresh; the old partial output is kept aside, not deleted
+    assert (out / "one.txt").read_text() == "x"
+    stale = list((out / "stale").glob("01_one-*/part.txt"))
+    assert len(stale) == 1 and stale[0].read_text() == "xx"
