@@ -26,6 +26,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -636,7 +637,7 @@ class Dataset:
     documents: list[Document]
     secrets: list[Secret]
 
-    @property
+    @cached_property
     def by_id(self) -> dict[str, Document]:
         return {d.id: d for d in self.documents}
 

@@ -70,11 +70,9 @@ def audiences(ds: Dataset, secret: Secret, at: dt.datetime, n_unauth: int, n_aut
     knows = [p for p in others if may_know(secret, view, p, at)]
     contacts = view.contacts_at(secret.owner, at.date())
     unknown = [p for p in others if p not in knows]
-    ranked = ([p for p in secret.at_risk if p in unknown]
-              + rng.sample([p for p in unknown if p in contacts and p not in secret.at_risk],
-                           len([p for p in unknown if p in contacts and p not in secret.at_risk]))
-              + rng.sample([p for p in unknown if p not in contacts and p not in secret.at_risk],
-                           len([p for p in unknown if p not in contacts and p not in secret.at_risk])))
+    rest = [p for p in unknown if p not in secret.at_risk]
+    near, far = [p for p in rest if p in contacts], [p for p in rest if p not in contacts]
+    ranked = [p for p in secret.at_risk if p in unknown] + rng.sample(near, len(near)) + rng.sample(far, len(far))
     return [(p, False) for p in ranked[:n_unauth]] + [(p, True) for p in rng.sample(knows, len(knows))[:n_auth]]
 
 
