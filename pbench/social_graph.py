@@ -694,18 +694,26 @@ class Generator:
         view = CommunityView(Community(period_start=self.start, period_end=self.end, people=people,
                                        relationships=rels, groups=[]))
         # Keep only groups that survive repair; make up the number from shared attributes in code.
-        kept = [g for g in groups if _repair_group(view, g, []) is not None]
+        # Keep each group as the checks leave it (so the final repair has nothing left to
+        # drop), and make up the number with groups code forms around shared attributes,
+        # checked the same way.
+        kept: list[Group] = []
         for g in groups:
-            if g not in kept:
+            fixed = _repair_group(view, g, [])
+            if fixed is None:
                 self.changes.append(Change(check="groups", record=g.id, action=f"{g.name!r} rejected after checks"))
+            else:
+                kept.append(fixed)
         for name, purpose, basis, members in _code_groups(view, self.start):
             if len(kept) >= n_groups:
                 break
             if any(set(members) == {m.person for m in g.members} for g in kept):
                 continue
             gid = f"g{len(groups) + len(kept) + 1}c"
-            kept.append(self._dated_group(gid, name, purpose, basis, members))
-            self.changes.append(Change(check="groups", record=gid, action=f"formed by code around {basis}"))
+            fixed = _repair_group(view, self._dated_group(gid, name, purpose, basis, members), [])
+            if fixed is not None:
+                kept.append(fixed)
+                self.changes.append(Change(check="groups", record=gid, action=f"formed by code around {basis}"))
         return kept
 
     def _dated_group(self, gid: str, name: str, purpose: str, basis: str, members: Iterable[str]) -> Group:
