@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -380,10 +380,6 @@ class LocalServers:
             # Dropping the last reference stops llama.cpp's server and frees the model.
             self._servers.clear()
 
-    @property
-    def running(self) -> list[Path]:
-        return list(self._servers)
-
 
 SERVERS = LocalServers()
 
@@ -650,17 +646,3 @@ class Roles:
                 v = cfg.models.assistant[0]
             out[r] = [describe(s) for s in v] if isinstance(v, list) else describe(v)
         return out
-
-
-async def gather_bounded(
-    jobs: Iterable[Awaitable[T]], *, progress: Any | None = None
-) -> list[T]:
-    """Await jobs concurrently (each model's semaphore bounds them), ticking a tqdm bar."""
-
-    async def tick(job: Awaitable[T]) -> T:
-        out = await job
-        if progress is not None:
-            progress.update(1)
-        return out
-
-    return await asyncio.gather(*(tick(j) for j in jobs))
