@@ -29,10 +29,12 @@ import datetime as dt
 import json
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from pbench import prompts, store
@@ -44,6 +46,8 @@ PUBLIC = "*public*"
 DEFENCES = ("none", "audience_filter", "sensitivity_filter")
 PROMPTS = ("baseline", "privacy_aware")
 TAG_BATCH = 5
+INDEX_CHUNK = 512  # documents embedded and written at a time
+FETCH = 50  # unfiltered candidates a filtered search looks through first
 
 
 def audience(doc: Document, view: CommunityView) -> list[str]:
@@ -92,6 +96,17 @@ def where(defence: str, talker: str, before: dt.datetime) -> dict[str, Any]:
     if defence == "sensitivity_filter":
         allowed.append({"sensitive": False})
     return {"$and": [in_time, {"$or": allowed}]}
+
+
+def allows(defence: str, talker: str, before: dt.datetime, meta: dict[str, Any]) -> bool:
+    """Whether ``where(defence, talker, before)`` admits a document with metadata ``meta``
+    (the same rule, evaluated in Python; a test holds the two to agreement)."""
+    if meta["timestamp"] >= epoch(before):
+        return False
+    if defence == "none":
+        return True
+    return (talker in meta["audience"] or meta["public"] is True
+            or (defence == "sensitivity_filter" and meta["sensitive"] is False))
 
 
 # --------------------------------------------------------------------------- sensitivity tagger
@@ -156,20 +171,36 @@ def build_index(docs: list[Document], view: CommunityView, run_dir: Path, tags: 
     """
     if embed is None:
         from pbench.embeddings import embed
-    vectors = embed([d.text for d in docs]) if docs else []
-    vec = {d.id: vectors[i] for i, d in enumerate(docs)}
     client = _client(run_dir)
-    stats: dict[str, Any] = {}
+    cols = {}
     for uid in sorted(view.people):
         name = collection_name(uid)
         if name in [c.name for c in client.list_collections()]:
             client.delete_collection(name)  # a rebuild starts clean
-        col = client.create_collection(name, embedding_function=None, metadata={"hnsw:space": "cosine"})
+        cols[uid] = client.create_collection(name, embedding_function=None, metadata={"hnsw:space": "cosine"})
+
+    def write(part: list[Document], vectors: Any) -> None:
+        rows: dict[str, list[int]] = {}
+        for i, d in enumerate(part):
+            for uid in {d.owner, *d.participants} & cols.keys():
+                rows.setdefault(uid, []).append(i)
+        for uid in sorted(rows):
+            idx = rows[uid]
+            cols[uid].add(ids=[part[i].id for i in idx], embeddings=vectors[idx], documents=[part[i].text for i in idx],
+                          metadatas=[metadata(part[i], view, tags.get(part[i].id)) for i in idx])
+
+    # Chroma writes one chunk on a worker thread while the next chunk is embedded: the
+    # build costs little more than the embedding alone.
+    with ThreadPoolExecutor(1) as writer:
+        pending = []
+        for i in range(0, len(docs), INDEX_CHUNK):
+            part = docs[i:i + INDEX_CHUNK]
+            pending.append(writer.submit(write, part, np.asarray(embed([d.text for d in part]))))
+        for f in pending:
+            f.result()
+    stats: dict[str, Any] = {}
+    for uid in sorted(view.people):
         mine = [d for d in docs if d.owner == uid or uid in d.participants]
-        for i in range(0, len(mine), 1000):
-            part = mine[i:i + 1000]
-            col.add(ids=[d.id for d in part], embeddings=[vec[d.id] for d in part], documents=[d.text for d in part],
-                    metadatas=[metadata(d, view, tags.get(d.id)) for d in part])
         stats[uid] = {"documents": len(mine), **Counter(d.kind for d in mine),
                       "sensitive": sum(1 for d in mine if tags.get(d.id) is not False)}
     return stats
@@ -192,6 +223,7 @@ class Index:
             raise FileNotFoundError(f"{self.run_dir / 'index'}: missing; run stage 03_rag_assistant first")
         self._client = _client(self.run_dir)
         self._cols: dict[str, Any] = {}
+        self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
         if embed is None:
             from pbench.embeddings import embed
@@ -206,11 +238,27 @@ class Index:
         return self.collection(uid).count()
 
     def search(self, uid: str, query: str, k: int, defence: str, talker: str, before: dt.datetime) -> list[Retrieved]:
-        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence`` (thread-safe)."""
+        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence`` (thread-safe).
+
+        A metadata filter makes Chroma scan every document (30-60 ms on 8,000); an unfiltered
+        top-``FETCH`` from the vector index filtered in Python by the same rule gives the same
+        documents in 2-5 ms whenever at least ``k`` of them pass. When fewer pass, Chroma's
+        own filtered query answers.
+        """
+        include = ["documents", "metadatas", "distances"]
         with self._lock:  # many conversations search from worker threads at once
             q = self.embed([query])
-            res = self.collection(uid).query(query_embeddings=q, n_results=k, where=where(defence, talker, before),
-                                             include=["documents", "metadatas", "distances"])
+            col = self.collection(uid)
+            n = self._counts.setdefault(uid, col.count())
+            if n == 0:
+                return []
+            res = col.query(query_embeddings=q, n_results=min(n, max(FETCH, k)), include=include)
+            hits = [Retrieved(i, t, m, d) for i, t, m, d in
+                    zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)
+                    if allows(defence, talker, before, m)]
+            if len(hits) >= k or len(res["ids"][0]) >= n:
+                return hits[:k]
+            res = col.query(query_embeddings=q, n_results=k, where=where(defence, talker, before), include=include)
         return [Retrieved(i, t, m, d) for i, t, m, d in
                 zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)]
 

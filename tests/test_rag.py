@@ -95,6 +95,24 @@ def test_defences_filter_by_audience_and_sensitivity(index):
     assert ids(index, "sensitivity_filter", "u2", at) == ["d1", "d4", "d5", "d6", "d7"]
 
 
+def test_python_filter_agrees_with_chroma_filter_and_fallback(index, monkeypatch):
+    """``allows`` (the fast path) admits exactly what Chroma's ``where`` admits, and a search
+    that must fall back to Chroma's filtered query returns the same documents."""
+    col = index.collection("u1")
+    everything = col.get(include=["metadatas"])
+    cases = [(d, t, at) for d in rag.DEFENCES for t in ("u1", "u2", "u3", "u4")
+             for at in (T(2024, 2, 2), T(2024, 4, 2, 9), T(2024, 12, 31))]
+    for defence, talker, at in cases:
+        by_chroma = set(col.get(where=rag.where(defence, talker, at))["ids"])
+        by_python = {i for i, m in zip(everything["ids"], everything["metadatas"], strict=True)
+                     if rag.allows(defence, talker, at, m)}
+        assert by_chroma == by_python, (defence, talker, at)
+    fast = {c: ids(index, *c, k=2) for c in cases}
+    monkeypatch.setattr(rag, "FETCH", 1)  # one unfiltered candidate: most searches fall back
+    slow = rag.Index(index.run_dir, embed=bow_embed)
+    assert {c: ids(slow, *c, k=2) for c in cases} == fast
+
+
 def test_no_defence_reads_the_secret_labels(dataset, tmp_path):
     """Index the same documents with true and with scrambled secret labels: every stored
     metadata and every retrieval under every defence must be identical."""
