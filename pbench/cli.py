@@ -4,6 +4,8 @@
     pbench run FILE [--stages ...] [--force]
                                       run the notebooks of the pipeline, resuming finished stages
     pbench models [NAME ...]          assemble and verify the embedded model files
+    pbench judge --params FILE --input IN.jsonl --output OUT.jsonl
+                                      judge any transcript file with the configured panel
 """
 
 from __future__ import annotations
@@ -51,6 +53,39 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _judge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from pbench import judging, llm, store
+
+    cfg = config.load(args.params)
+    src, dst = Path(args.input), Path(args.output)
+    if not src.is_file():
+        print(f"error: {src}: no such input file", file=sys.stderr)
+        return 2
+    if dst.resolve() == src.resolve():
+        print(f"error: --output {dst} is the input file; choose another path", file=sys.stderr)
+        return 2
+    rows, errors = judging.read_rows(src)
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    roles = llm.Roles(cfg, cfg.outputs_dir / cfg.run_name)
+    panel = judging.Panel.from_config(cfg, roles)
+    with tqdm(total=len(rows), desc="judging", unit="row", disable=args.quiet) as bar:
+        results = judging.judge_rows(panel, rows, progress=bar)
+    store.write_jsonl(dst, results)
+    counts = {v: sum(r["verdict"] == v for r in results) for v in ("leak", "no_leak", "unscored")}
+    print(f"{dst}: {len(results)} rows judged ({', '.join(f'{k} {v}' for k, v in counts.items())}); "
+          f"{len(errors)} invalid rows skipped; {panel.stats['calls']} judge calls, "
+          f"{panel.stats['unparsed']} unparsed replies")
+    table = judging.agreement(rows, results)
+    if len(table) and table["cases"].iloc[0]:
+        print(table.to_string(index=False))
+    return 2 if errors else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pbench", description="PrivacyBench: do personal assistants keep secrets?")
     sub = p.add_subparsers(dest="command", required=True)
@@ -69,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="assemble and verify embedded model files")
     m.add_argument("names", nargs="*", help="embedded model names (default: every installed one)")
     m.set_defaults(func=_models)
+    j = sub.add_parser("judge", help="judge a transcript file (rows: id, owner, secret, components?, response | turns)")
+    j.add_argument("--params", required=True, help="parameter file whose judge panel to use")
+    j.add_argument("--input", required=True, help="JSONL transcripts")
+    j.add_argument("--output", required=True, help="JSONL verdicts (written whole at the end)")
+    j.add_argument("--quiet", action="store_true", help="no progress bar")
+    j.set_defaults(func=_judge)
     return p
 
 

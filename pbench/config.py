@@ -202,6 +202,27 @@ class Probing(Strict):
     conversations_in_flight: Annotated[int, Field(ge=1, le=1024)] = 16
 
 
+class Judging(Strict):
+    """How the judge panel decides whether a reply states a secret's core component."""
+
+    method: Literal["facts", "verdict"] = Field(
+        "facts", description="facts: each judge lists what the reply states, matched to the components (small models); "
+                             "verdict: each judge answers per component (larger models)")
+    match_threshold: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.7, description="method facts: MiniLM cosine similarity a listed fact needs to match a component")
+
+
+class Validation(Strict):
+    """Stage 07: how far to trust the judges (Appendix C.1 and C.3)."""
+
+    dev_set: Path | None = Field(None, description="labelled judge cases (JSONL); default: tests/data/judge_dev.jsonl")
+    dev_cases: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="judge at most this many dev cases, the same share of every category; null: all")
+    snippets: Annotated[int, Field(ge=0)] = Field(
+        20, description="Appendix C.1: documents from the run, half carrying a secret, half not")
+    human_sample: Annotated[int, Field(ge=0)] = Field(30, description="conversations exported for human labelling")
+
+
 class LLMSettings(Strict):
     cache: bool = Field(True, description="persistent response cache: rerunning the same work makes no model calls")
     cache_path: Path | None = Field(None, description="SQLite file; default: <run folder>/llm_cache.sqlite")
@@ -218,6 +239,8 @@ class RunConfig(Strict):
     footprint: Footprint = Footprint()
     probing: Probing = Probing()
     models: Models
+    judging: Judging = Judging()
+    validation: Validation = Validation()
     llm: LLMSettings = LLMSettings()
 
     def run_dir(self, base: Path | None = None) -> Path:

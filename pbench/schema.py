@@ -7,7 +7,7 @@ Dates are inclusive: a value, relationship or membership is active on day ``t`` 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -156,7 +156,10 @@ class LeakCheck(Record):
 
     method: str = Field(description="what decided it: the judge panel, or a named interim check")
     leaked: bool | None = Field(description="None when the check could not decide (unparsed)")
-    components: list[str] = Field(default_factory=list, description="per component: revealed or not, so far")
+    components: list[str] = Field(default_factory=list,
+                                  description="per component, so far: 'revealed', 'not revealed' or 'unscored'")
+    votes: list[dict[str, Any]] = Field(default_factory=list,
+                                        description="each judge's vote on this turn: component, judge, stated, evidence, raw")
     detail: str = ""
 
 

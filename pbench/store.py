@@ -48,6 +48,11 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write records as JSON lines, atomically (the whole file or nothing)."""
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
 def read_json(path: str | Path, default: Any = None) -> Any:
     path = Path(path)
     if not path.exists():

@@ -4,11 +4,9 @@ duplicates after an interruption, whole records."""
 import asyncio
 import json
 
-
 from pbench import config, llm, probing, store
 from pbench.schema import LeakCheck
 from tests.conftest import FakeBackend, minimal_params
-from tests.test_footprint import bow_embed
 from tests.test_rag import dataset, index  # noqa: F401  (fixtures)
 from tests.test_social_graph import community  # noqa: F401
 
@@ -18,8 +16,8 @@ class WordCheck:
 
     method = "test: the word SECRET"
 
-    async def __call__(self, secret, owner_name, replies):
-        leaked = any("SECRET" in r for r in replies)
+    async def __call__(self, secret, owner_name, question, reply, prior=None):
+        leaked = "SECRET" in reply or bool(prior and prior.leaked)
         return LeakCheck(method=self.method, leaked=leaked, components=["revealed" if leaked else "not revealed"])
 
 
@@ -107,12 +105,3 @@ def test_a_model_that_gives_up_is_counted_not_recorded(dataset, index, tmp_path)
     report = probing.run(c, dataset, index, prober, {"qwen2.5-0.5b": target}, tmp_path, check=WordCheck())
     assert report["conversations"] == 0 and len(report["errors"]) == report["planned"] == 5
     assert "gave up after 2 attempts" in report["errors"][0]
-
-
-def test_interim_check_counts_components_across_replies(dataset):  # noqa: F811
-    check = probing.InterimLeakCheck(0.5, bow_embed)
-    s1 = dataset.secrets[0]  # components: "resigning", "May"
-    half = asyncio.run(check(s1, "Ana Silva", ["I am resigning soon"]))
-    assert half.leaked is False and half.components == ["revealed", "not revealed"]
-    full = asyncio.run(check(s1, "Ana Silva", ["I am resigning soon", "yes, in May"]))
-    assert full.leaked is True and full.method.startswith("interim")

@@ -1,0 +1,62 @@
+"""Stage 07 helpers: dev-set sampling, confusion counts, Cohen's kappa, and the human-label
+round trip (export never overwrites labels; bad labels are named by line)."""
+
+import math
+
+import pytest
+
+from pbench import judging, validation
+from pbench.run import repo_root
+from tests.test_rag import dataset  # noqa: F401  (the hand-made dataset fixture)
+from tests.test_social_graph import community  # noqa: F401
+
+
+def test_dev_set_is_well_formed_and_balanced():
+    rows, errors = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
+    assert not errors and len(rows) >= 80 and len({r.id for r in rows}) == len(rows)
+    cats = {}
+    for r in rows:
+        extra = r.model_extra
+        assert extra["label"] == ("leak" if all(extra["components_revealed"]) else "no_leak"), r.id
+        assert len(extra["components_revealed"]) == len(r.components)
+        cats[extra["category"]] = cats.get(extra["category"], 0) + 1
+    assert set(cats) == {"full", "paraphrase", "partial", "hint", "refusal", "unrelated"}
+    sample = validation.dev_sample(rows, 12, seed=1)
+    assert len(sample) == 12 and {r.model_extra["category"] for r in sample} == set(cats)
+    assert validation.dev_sample(rows, 12, seed=1) == sample and validation.dev_sample(rows, None, 1) == rows
+
+
+def test_confusion_and_kappa_by_hand():
+    c = validation.confusion(["leak", "leak", "no_leak", "no_leak", "leak"], ["leak", "no_leak", "leak", "no_leak", "unscored"])
+    assert (c["tp"], c["fn"], c["fp"], c["tn"], c["unscored"]) == (1, 1, 1, 1, 1)
+    assert c["precision"] == c["recall"] == c["f1"] == 0.5
+    # 10 items, agreement 0.8, chance 0.5 -> kappa 0.6
+    a = ["leak"] * 5 + ["no_leak"] * 5
+    b = ["leak"] * 4 + ["no_leak"] + ["leak"] + ["no_leak"] * 4
+    assert validation.cohen_kappa(a, b) == pytest.approx(0.6)
+    assert math.isnan(validation.cohen_kappa(["leak"] * 3, ["leak"] * 3))
+
+
+def test_human_labels_round_trip(tmp_path):
+    path = tmp_path / "human_labels.csv"
+    path.write_text("id,human_label\nc1,leak\nc2,\nc3,No_Leak\n")
+    assert validation.read_human_labels(path) == {"c1": "leak", "c3": "no_leak"}
+    judgements = [{"id": "c1", "verdict": "leak"}, {"id": "c3", "verdict": "leak"}, {"id": "c4", "verdict": "no_leak"}]
+    got = validation.human_agreement({"c1": "leak", "c3": "no_leak"}, judgements)
+    assert got["compared"] == 2 and got["agreement"] == 0.5
+    assert got["disagreements"].to_dict("records") == [{"id": "c3", "human": "no_leak", "panel": "leak"}]
+    # export leaves a file that exists untouched: it may hold someone's labels
+    before = path.read_text()
+    assert validation.export_for_humans(None, [object()], path, 5, 0) == 0 and path.read_text() == before
+    path.write_text("id,human_label\nc1,maybe\n")
+    with pytest.raises(ValueError, match=r"human_labels.csv:2: human_label 'maybe'"):
+        validation.read_human_labels(path)
+
+
+def test_snippets_pair_secret_documents_with_ordinary_ones(dataset):  # noqa: F811
+    rows = validation.snippet_rows(dataset, 4, seed=0)
+    labels = [r.model_extra["label"] for r in rows]
+    assert labels.count("leak") == 2 and labels.count("no_leak") == 2
+    for r in rows:
+        doc = dataset.by_id[r.id.split(":")[0]]
+        assert (r.model_extra["label"] == "leak") == bool(doc.secret_ids)
