@@ -54,8 +54,11 @@ STAGES: tuple[Stage, ...] = (
           outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md"), partial=("footprint",)),
     Stage("03_rag_assistant", reads=("probing.defences", "models.tagger", "models.assistant"),
           outputs=("index.json", "index")),
-    Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant"),
+    Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant", "models.judge", "judging"),
           outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",)),
+    Stage("05_judging", reads=("seed", "models.judge", "judging"),
+          outputs=("judgements.jsonl", "metrics.csv", "judging.json"), partial=("judgements.jsonl",)),
+    Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
 
 KERNEL_NAME = "pbench"

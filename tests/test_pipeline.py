@@ -3,6 +3,7 @@ the runner, as `make demo` runs it; then a rerun that must skip every stage with
 
 import json
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -40,13 +41,22 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     assert index["users"] == 5 and index["tagged"] == len(ds.documents)
 
     # 04: every planned conversation finished whole (or was counted as an error), and each turn
-    # names the check that judged it.
+    # was judged by the panel, every judge's vote kept.
     plan = (out / "probe_plan.csv").read_text().strip().splitlines()
     probing = json.loads((out / "probing.json").read_text())
     convs = pr.load_conversations(out)
     assert len(convs) + len(probing["errors"]) == len(plan) - 1 and convs
-    assert all(t.check.method.startswith("interim") for c in convs for t in c.turns)
+    assert all(t.check.method.startswith("judge panel") and t.check.votes for c in convs for t in c.turns)
     assert all(c.ended != "leak" or c.turns[-1].check.leaked for c in convs)
+
+    # 05: one judgement per conversation, and the metrics with their counts.
+    rows = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(c.id for c in convs)
+    assert all(r["verdict"] in ("leak", "no_leak", "shared", "withheld", "unscored") for r in rows)
+    mets = pd.read_csv(out / "metrics.csv")
+    overall = mets[mets["by"] == "all"].set_index("metric")
+    assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not c.authorised for c in convs)
+    assert (out / "figures" / "rates_by_defence.png").stat().st_size > 10_000
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0
