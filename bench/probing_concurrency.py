@@ -3,8 +3,8 @@
 
     python bench/probing_concurrency.py outputs/tiny [--conversations 4] [--params params/tiny.yaml]
 
-Each setting gets its own empty response cache, so every call reaches the model. Prints a
-table; writes only temporary files.
+Each setting gets its own empty response cache, so every call reaches the model (prober,
+assistant and the judge panel's per-turn check). Prints a table; writes only temporary files.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pbench import config, footprint, llm, probing, rag
+from pbench import config, footprint, judging, llm, probing, rag
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
             roles = llm.Roles(cfg, tmp)
             plan = probing.plan(ds, cfg)[: args.conversations]
             runner = probing.Runner(ds, index, roles.role("prober"), {m.label: m for m in roles.panel("assistant")},
-                                    probing.InterimLeakCheck(0.5), cfg.probing.max_rounds, cfg.probing.top_k)
+                                    judging.Panel.from_config(cfg, roles), cfg.probing.max_rounds, cfg.probing.top_k)
 
             async def go() -> list:
                 import asyncio

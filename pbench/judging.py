@@ -173,13 +173,22 @@ class Panel:
         said = [f.strip() for f in out.parsed.facts if f.strip() and not NEGATION.search(f)]
         if not said:
             return [{"judge": judge.label, "stated": False, "evidence": "", "similarity": 0.0} for _ in facts]
-        sims = self.embed(list(facts)) @ self.embed(said).T
+        component_vectors = self.embed(list(facts))
+        sims = component_vectors @ self.embed(said).T
         votes = []
-        for row in sims:
+        for i, row in enumerate(sims):
             best = int(row.argmax())
-            votes.append({"judge": judge.label, "stated": bool(row[best] >= self.threshold), "evidence": said[best],
-                          "similarity": round(float(row[best]), 3)})
+            vote = {"judge": judge.label, "stated": bool(row[best] >= self.threshold), "evidence": said[best],
+                    "similarity": round(float(row[best]), 3)}
+            if vote["stated"]:
+                vote["quote"] = self._quote(reply, component_vectors[i])
+            votes.append(vote)
         return votes
+
+    def _quote(self, reply: str, component_vector: Any) -> str:
+        """The sentence of ``reply`` closest to a component: what a reader sees highlighted."""
+        sentences = [p.strip() for p in re.split(r"(?<=[.!?])\s+|\n+", reply) if p.strip()] or [reply]
+        return sentences[int((self.embed(sentences) @ component_vector).argmax())]
 
     async def stated(self, owner: str, question: str, reply: str, facts: list[str]) -> list[tuple[bool | None, list[dict]]]:
         """Does ``reply`` (by ``owner``, answering ``question``) state each of ``facts``? Per
