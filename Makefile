@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PARAMS ?= params/tiny.yaml
 
-.PHONY: demo install models run test test-fast bench clean-venv
+.PHONY: demo install models run test test-fast browser bench clean-venv
 
 demo: install models run
 
@@ -29,9 +29,19 @@ run: install
 	$(BIN)/pbench run $(PARAMS)
 
 # pytest exits 5 when it collects nothing: treat that as a failure, not a pass.
-test: install models
+test: install models browser
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The report is checked in headless Chromium. Installed from Debian's packages where we can
+# (root with apt-get); elsewhere its test is skipped and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } || \
+	    echo "warning: could not install chromium; the report's browser test will be skipped" >&2; \
+	  else echo "note: chromium not found; the report's browser test will be skipped" >&2; fi; }
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow"

@@ -6,6 +6,9 @@
     pbench models [NAME ...]          assemble and verify the embedded model files
     pbench judge --params FILE --input IN.jsonl --output OUT.jsonl
                                       judge any transcript file with the configured panel
+    pbench batch FILE...              run several parameter files (each its own run folder)
+    pbench compare RUN... [--output DIR]
+                                      one table and figure across finished runs
 """
 
 from __future__ import annotations
@@ -86,6 +89,39 @@ def _judge(args: argparse.Namespace) -> int:
     return 2 if errors else 0
 
 
+def _batch(args: argparse.Namespace) -> int:
+    from pbench import run
+
+    for f in args.files:  # every file is checked before any runs
+        config.load(f)
+    failed = []
+    for f in args.files:
+        print(f"== {f}", flush=True)
+        try:
+            run.run(f, force=args.force, progress=not args.quiet)
+        except run.StageFailed as exc:
+            print(f"error: {f}: {exc}", file=sys.stderr)
+            failed.append(f)
+    print(f"batch: {len(args.files) - len(failed)} of {len(args.files)} runs finished"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pbench import analysis
+
+    try:
+        table = analysis.compare([Path(r) for r in args.runs], Path(args.output))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(table.to_string())
+    print(f"written: {args.output}/comparison.{{csv,md,tex}}, {args.output}/figures/comparison.{{png,pdf}}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pbench", description="PrivacyBench: do personal assistants keep secrets?")
     sub = p.add_subparsers(dest="command", required=True)
@@ -110,6 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--output", required=True, help="JSONL verdicts (written whole at the end)")
     j.add_argument("--quiet", action="store_true", help="no progress bar")
     j.set_defaults(func=_judge)
+
+    b = sub.add_parser("batch", help="run several parameter files, e.g. params/community_*.yaml")
+    b.add_argument("files", nargs="+")
+    b.add_argument("--force", action="store_true", help="rerun stages whose outputs are complete")
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=_batch)
+
+    k = sub.add_parser("compare", help="aggregate finished runs into one table and figure")
+    k.add_argument("runs", nargs="+", help="run folders, e.g. outputs/community_1 outputs/community_2")
+    k.add_argument("--output", default="outputs/compare", help="where the table and figure go")
+    k.set_defaults(func=_compare)
     return p
 
 

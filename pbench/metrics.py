@@ -19,6 +19,7 @@ as 0%.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -96,8 +97,11 @@ def table(rows: list[dict[str, Any]], by: Iterable[str] = (), metrics: Iterable[
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(tuple(r[b] for b in by), []).append(r)
-    for key in sorted(groups, key=lambda k: tuple(map(str, k))) if by else [()]:
-        part = groups.get(key, rows if not by else [])
+    # Every combination of the levels seen, so a combination with no conversation shows as
+    # an empty stratum rather than going missing.
+    levels = [sorted({r[b] for r in rows}, key=str) for b in by]
+    for key in itertools.product(*levels):
+        part = groups.get(key, []) if by else rows
         for m in metrics:
             out.append({"by": "+".join(by) or "all", "stratum": "/".join(map(str, key)) or "all",
                         **dict(zip(by, key, strict=True)), **rate(m, part, seed)})

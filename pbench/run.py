@@ -58,6 +58,7 @@ STAGES: tuple[Stage, ...] = (
           outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",)),
     Stage("05_judging", reads=("seed", "models.judge", "judging"),
           outputs=("judgements.jsonl", "metrics.csv", "judging.json"), partial=("judgements.jsonl",)),
+    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "tables", "figures")),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
 
@@ -261,7 +262,20 @@ def run(
         results.append(StageResult(st.name, "ran", seconds, usage))
     store.update_json(manifest, {"last_run_seconds": round(time.perf_counter() - started, 2)})
     _print_summary(results)
+    _print_headline(run_dir)
     return results
+
+
+def _print_headline(run_dir: Path) -> None:
+    """Where the report is, and the run's headline figures (from stage 06's record)."""
+    report = run_dir / "report.html"
+    if not report.exists():
+        return
+    figures = store.read_json(run_dir / "stages" / "06_analysis.json", default={}).get("metrics", {})
+    print(f"\nreport: {report}")
+    for key in ("leakage rate", "over-secrecy rate", "inappropriate retrieval rate", "persona consistency"):
+        if key in figures:
+            print(f"  {key}: {figures[key]}")
 
 
 def _set_aside_stale(run_dir: Path, st: Stage, fp: str) -> None:

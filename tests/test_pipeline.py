@@ -58,6 +58,15 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not c.authorised for c in convs)
     assert (out / "figures" / "rates_by_defence.png").stat().st_size > 10_000
 
+    # 06: tables, figures and the self-contained report, from the records alone.
+    assert (out / "tables" / "table2_metrics.tex").read_text().startswith("\\begin{tabular}")
+    assert (out / "report.html").stat().st_size > 50_000 and (out / "figures" / "tradeoff.png").exists()
+
+    # 07: the dev set judged by the configured panel, C.1 snippets, the human-label sheet.
+    validation = json.loads((out / "validation.json").read_text())
+    assert validation["dev_cases"] == 24 and validation["dev_agreement"]["panel"]["scored"] > 0
+    assert (out / "validation" / "human_labels.csv").read_text().startswith("id,owner,audience")
+
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0
     assert manifest["stages"]["02_footprint"]["metrics"]["per_document"]["tokens"] > 0

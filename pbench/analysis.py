@@ -1,0 +1,280 @@
+"""Stage 06: the paper's tables and figures, regenerated from a run's records alone.
+
+Reads ``community.json``, ``documents.jsonl``, ``secrets.jsonl``, ``conversations.jsonl``,
+``judgements.jsonl`` and ``metrics.csv``; calls no model. Writes ``tables/`` (CSV, LaTeX
+and Markdown) and ``figures/`` (PNG and PDF).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pbench import metrics, store
+
+RATE_METRICS = ("LR", "OSR", "IRR")
+
+
+def load(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run's records: dataset, conversations, judgements, long metrics.
+
+    Raises:
+        FileNotFoundError: a stage's file is missing, naming the stage to rerun.
+    """
+    import pandas as pd
+
+    from pbench import footprint, probing
+
+    run_dir = Path(run_dir)
+    for name, stage in (("judgements.jsonl", "05_judging"), ("metrics.csv", "05_judging"),
+                        ("conversations.jsonl", "04_probing")):
+        if not (run_dir / name).exists():
+            raise FileNotFoundError(f"{run_dir / name}: missing; run stage {stage} first")
+    return {"ds": footprint.load_dataset(run_dir), "convs": probing.load_conversations(run_dir),
+            "judgements": store.read_jsonl(run_dir / "judgements.jsonl"),
+            "long": pd.read_csv(run_dir / "metrics.csv")}
+
+
+def _fmt(r: Any, pct: bool = True) -> str:
+    if r["n"] == 0 or (isinstance(r["value"], float) and math.isnan(r["value"])):
+        return "–"
+    return f"{100 * r['value']:.1f}" if pct else f"{r['value']:.2f}"
+
+
+def table2(long):
+    """Table 2: per strategy, per target model, LR / OSR / IRR / PC under each system
+    prompt, then the average over targets (percentages; PC on 1-5)."""
+    import pandas as pd
+
+    part = long[long["by"] == "target+strategy+prompt"]
+    rows = []
+    for (strategy, target), g in part.groupby(["strategy", "target"], sort=True):
+        row: dict[str, Any] = {"strategy": strategy, "model": target}
+        for prompt in ("baseline", "privacy_aware"):
+            for m in ("LR", "OSR", "IRR", "PC"):
+                r = g[(g["prompt"] == prompt) & (g["metric"] == m)]
+                row[(m, prompt)] = _fmt(r.iloc[0], m != "PC") if len(r) else "–"
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df = df.set_index(["strategy", "model"])
+    df.columns = pd.MultiIndex.from_tuples(df.columns, names=["metric", "prompt"])
+    return df
+
+
+def defence_table(long):
+    """LR, OSR, IRR, PC and the catch rate per defence and prompt, as value [interval] (count/n)."""
+    part = long[long["by"] == "defence+prompt"]
+    return metrics.wide(part).droplevel("by")
+
+
+def write_table(df, folder: Path, name: str) -> None:
+    """``name`` as CSV, LaTeX and Markdown under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    store.atomic_write_text(folder / f"{name}.tex", df.to_latex(escape=True))
+    flat = df.copy()
+    if flat.columns.nlevels > 1:
+        flat.columns = [" ".join(str(c) for c in col).replace("_", " ") for col in flat.columns]
+    flat = flat.reset_index()
+    store.atomic_write_text(folder / f"{name}.csv", flat.to_csv(index=False))
+    store.atomic_write_text(folder / f"{name}.md", flat.to_markdown(index=False))
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def draw_tradeoff(long, path: Path | None = None):
+    """Privacy against utility: LR (lower is private) against OSR (lower is helpful), one
+    point per defence and prompt, with 95% intervals."""
+    import matplotlib.pyplot as plt
+
+    from pbench.figures import save
+
+    part = long[long["by"] == "defence+prompt"]
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    markers = {"baseline": "o", "privacy_aware": "s"}
+    for i, defence in enumerate(sorted(part["defence"].unique())):
+        for prompt, marker in markers.items():
+            g = part[(part["defence"] == defence) & (part["prompt"] == prompt)].set_index("metric")
+            if g.empty or "LR" not in g.index or "OSR" not in g.index:
+                continue
+            lr, osr = g.loc["LR"], g.loc["OSR"]
+            if lr["n"] == 0 or osr["n"] == 0:
+                continue
+            x, y = 100 * osr["value"], 100 * lr["value"]
+            xerr = [[x - 100 * osr["lo"]], [100 * osr["hi"] - x]]
+            yerr = [[y - 100 * lr["lo"]], [100 * lr["hi"] - y]]
+            # Equal points would hide each other: shift each a little, in a fixed pattern.
+            k = 2 * i + (prompt == "privacy_aware")
+            x, y = x + 1.5 * (k % 3 - 1), y + 1.5 * (k // 3 - 1)
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=f"C{i}", capsize=3,
+                        label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')}")
+    ax.set_xlabel("over-secrecy rate, % (lower: more helpful)")
+    ax.set_ylabel("leakage rate, % (lower: more private)")
+    ax.set_xlim(-5, 105)
+    ax.set_ylim(-5, 105)
+    ax.set_title("privacy-utility trade-off per defence\n(points shifted slightly so equal ones stay visible)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper right")
+    return save(fig, path)
+
+
+def draw_rounds(judgements: list[dict], max_rounds: int, path: Path | None = None):
+    """Cumulative leakage rate by round, per strategy."""
+    import matplotlib.pyplot as plt
+
+    from pbench.figures import save
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for i, strategy in enumerate(sorted({r["strategy"] for r in judgements})):
+        df = metrics.first_leak_rounds([r for r in judgements if r["strategy"] == strategy], max_rounds)
+        ax.step(df["round"], 100 * df["cumulative_LR"].fillna(0), where="post", color=f"C{i}", label=strategy)
+    ax.set_xlabel("round")
+    ax.set_ylabel("cumulative leakage rate, %")
+    ax.set_xticks(range(1, max_rounds + 1))
+    ax.set_ylim(0, 105)
+    ax.legend()
+    ax.set_title("when secrets leak")
+    return save(fig, path)
+
+
+def draw_irr_lr(long, path: Path | None = None):
+    """IRR against LR per defence and prompt: the gap is what the generator catches."""
+    import matplotlib.pyplot as plt
+
+    from pbench.figures import save
+
+    part = long[long["by"] == "defence+prompt"]
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    for i, ((defence, prompt), g) in enumerate(part.groupby(["defence", "prompt"])):
+        g = g.set_index("metric")
+        if g.loc["IRR", "n"] == 0 or g.loc["LR", "n"] == 0:
+            continue
+        ax.scatter(100 * g.loc["IRR", "value"], 100 * g.loc["LR", "value"], color=f"C{i}", s=60,
+                   label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')}")
+    ax.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
+    ax.text(60, 50, "leaks = inappropriate retrievals", rotation=38, color="grey", fontsize=7)
+    ax.set_xlabel("inappropriate retrieval rate, % of turns")
+    ax.set_ylabel("leakage rate, % of conversations")
+    ax.set_xlim(-5, 105)
+    ax.set_ylim(-5, 105)
+    ax.legend(fontsize=7)
+    ax.set_title("retrieval exposes, generation leaks")
+    return save(fig, path)
+
+
+def draw_breakdowns(long, path: Path | None = None):
+    """LR by sharing channel and by relationship kind, with 95% intervals."""
+    import matplotlib.pyplot as plt
+
+    from pbench.figures import save
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
+    for ax, by in zip(axes, ("channel", "relationship"), strict=True):
+        g = long[(long["by"] == by) & (long["metric"] == "LR")]
+        labels, vals, lo, hi = [], [], [], []
+        for _, r in g.iterrows():
+            labels.append(f"{r['stratum']}\n(n={r['n']})")
+            ok = r["n"] > 0
+            vals.append(100 * r["value"] if ok else 0)
+            lo.append(100 * (r["value"] - r["lo"]) if ok else 0)
+            hi.append(100 * (r["hi"] - r["value"]) if ok else 0)
+        ax.bar(range(len(vals)), vals, color="C3")
+        ax.errorbar(range(len(vals)), vals, yerr=[lo, hi], fmt="none", color="black", capsize=3)
+        ax.set_xticks(range(len(vals)), labels, fontsize=8)
+        ax.set_title(f"leakage rate by {by}")
+        ax.set_ylim(0, 105)
+    axes[0].set_ylabel("LR, %")
+    return save(fig, path)
+
+
+def draw_leak_graph(ds: Any, judgements: list[dict], path: Path | None = None):
+    """The community at the end of the period, people whose secrets leaked in red (size:
+    number of leaking conversations)."""
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    from pbench.figures import save
+
+    view = ds.view
+    g = nx.Graph(view.graph_at(view.period[1]))
+    leaks: dict[str, int] = {}
+    for r in judgements:
+        if r["verdict"] == "leak":
+            leaks[r["owner"]] = leaks.get(r["owner"], 0) + 1
+    pos = nx.spring_layout(g, seed=1)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.4)
+    nx.draw_networkx_nodes(g, pos, ax=ax, node_color=["#d62728" if n in leaks else "#9ecae1" for n in g.nodes],
+                           node_size=[300 + 250 * leaks.get(n, 0) for n in g.nodes])
+    nx.draw_networkx_labels(g, pos, {n: view.name(n).split()[0] for n in g.nodes}, ax=ax, font_size=8)
+    ax.set_title("whose secrets leaked (red; size: leaking conversations)")
+    ax.axis("off")
+    return save(fig, path)
+
+
+def headline(long) -> dict[str, str]:
+    """The run's overall figures, formatted: what ``make demo`` prints at the end."""
+    part = long[long["by"] == "all"].set_index("metric")
+    out = {}
+    for m, label in (("LR", "leakage rate"), ("OSR", "over-secrecy rate"), ("IRR", "inappropriate retrieval rate"),
+                     ("PC", "persona consistency")):
+        r = part.loc[m]
+        if r["n"] == 0:
+            out[label] = "no cases"
+        elif m == "PC":
+            out[label] = f"{r['value']:.2f} / 5 (n={r['conversations']})"
+        else:
+            out[label] = f"{100 * r['value']:.1f}% ({r['count']:.0f}/{r['n']})"
+    return out
+
+
+# --------------------------------------------------------------------------- several runs
+
+
+def compare(run_dirs: list[Path], out_dir: Path) -> Any:
+    """Aggregate runs (several communities, or one community under several targets) into
+    one table and figure: each run's overall LR, OSR, IRR and PC, and its per-target rows.
+
+    Writes ``comparison.csv`` / ``.md`` / ``.tex`` and ``figures/comparison`` under ``out_dir``.
+    Raises:
+        FileNotFoundError: a run without ``metrics.csv``, naming it and the stage to rerun.
+    """
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pbench.figures import save
+
+    parts = []
+    for d in run_dirs:
+        path = Path(d) / "metrics.csv"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: missing; run stage 05_judging of {d} first")
+        long = pd.read_csv(path)
+        part = long[long["by"].isin(["all", "target"])].copy()
+        part.insert(0, "run", Path(d).name)
+        parts.append(part)
+    long = pd.concat(parts, ignore_index=True)
+    table = metrics.wide(long.assign(by=long["run"] + " · " + long["by"]))
+    write_table(table, out_dir, "comparison")
+    overall = long[(long["by"] == "all") & long["metric"].isin(RATE_METRICS)]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(run_dirs), 3.6))
+    runs = list(dict.fromkeys(overall["run"]))
+    width = 0.8 / len(RATE_METRICS)
+    for j, m in enumerate(RATE_METRICS):
+        for i, r in enumerate(runs):
+            row = overall[(overall["run"] == r) & (overall["metric"] == m)]
+            if row.empty or row["n"].iloc[0] == 0:
+                continue
+            v, lo, hi = (100 * row[c].iloc[0] for c in ("value", "lo", "hi"))
+            x = i + (j - 1) * width
+            ax.bar(x, v, width, color=f"C{j}", label=m if i == 0 else None)
+            ax.errorbar(x, v, yerr=[[v - lo], [hi - v]], color="black", capsize=3, lw=1)
+    ax.set_xticks(range(len(runs)), runs)
+    ax.set_ylabel("% (95% interval)")
+    ax.set_ylim(0, 105)
+    ax.legend()
+    ax.set_title("runs compared")
+    save(fig, out_dir / "figures" / "comparison")
+    return table

@@ -1,0 +1,165 @@
+"""``outputs/<run>/report.html``: one self-contained file a researcher can open or send.
+
+Run parameters and models, the headline metrics, the tables, every figure (embedded as
+PNG), and a transcript browser: each conversation with its turns; in a leaking reply the
+sentence behind each revealed component is highlighted, and a retrieved document that
+carries the probed secret is shown and marked. No external resources, no model calls.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from pbench import store
+
+FIGURES = (("rates_by_defence", "LR, OSR and IRR by defence and system prompt"),
+           ("tradeoff", "Privacy against utility: leakage against over-secrecy per defence"),
+           ("rounds", "Cumulative leakage by round"),
+           ("irr_lr", "Inappropriate retrieval against leakage"),
+           ("breakdowns", "Leakage by sharing channel and relationship"),
+           ("leak_graph", "Whose secrets leaked"))
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:0 20px;color:#222}
+h1{margin-top:24px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 6px;text-align:left}
+.headline{display:flex;gap:16px;flex-wrap:wrap}.headline div{border:1px solid #ddd;border-radius:6px;padding:8px 14px}
+.headline b{font-size:22px;display:block} img{max-width:100%;border:1px solid #eee;margin:6px 0}
+details{border:1px solid #ddd;border-radius:6px;margin:6px 0;padding:4px 10px} summary{cursor:pointer}
+.turn{margin:6px 0 10px 0} .who{font-weight:600} .reply{background:#f7f7f7;padding:4px 8px;border-radius:4px}
+mark.leak{background:#ffb3b3;padding:0 2px} .doc{font-size:12px;color:#555;margin-left:16px}
+.doc.secret{border-left:4px solid #d62728;padding-left:6px;background:#fff3f3;color:#222}
+.tag{font-size:11px;border-radius:3px;padding:1px 5px;background:#eee;margin-left:4px}
+.tag.leak{background:#d62728;color:#fff} .tag.withheld{background:#ff9f1c} .tag.shared{background:#2a9d8f;color:#fff}
+pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto} #filters select{margin-right:8px}
+"""
+
+SCRIPT = """
+window.addEventListener('error', function (e) {
+  document.getElementById('errors').textContent += 'error: ' + e.message + '\\n';
+});
+function applyFilters() {
+  var f = {};
+  document.querySelectorAll('#filters select').forEach(function (s) { f[s.name] = s.value; });
+  var shown = 0;
+  document.querySelectorAll('details.conv').forEach(function (d) {
+    var ok = Object.keys(f).every(function (k) { return !f[k] || d.dataset[k] === f[k]; });
+    d.style.display = ok ? '' : 'none';
+    if (ok) shown += 1;
+  });
+  document.getElementById('shown').textContent = shown;
+}
+document.addEventListener('DOMContentLoaded', function () {
+  document.querySelectorAll('#filters select').forEach(function (s) { s.addEventListener('change', applyFilters); });
+  applyFilters();
+  document.body.setAttribute('data-ready', 'yes');
+});
+"""
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def highlight(text: str, quotes: list[str]) -> str:
+    """``text`` escaped, with each quote (when found in it) wrapped in ``<mark class="leak">``."""
+    spans = []
+    for q in {q for q in quotes if q}:
+        start = text.find(q)
+        if start >= 0:
+            spans.append((start, start + len(q)))
+    out, pos = [], 0
+    for a, b in sorted(spans):
+        if a < pos:
+            continue
+        out += [html.escape(text[pos:a]), f'<mark class="leak">{html.escape(text[a:b])}</mark>']
+        pos = b
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+def _conversation(ds: Any, conv: Any, verdict: str) -> str:
+    view = ds.view
+    secret = next(s for s in ds.secrets if s.id == conv.secret_id)
+    owner, who = view.name(conv.owner), view.name(conv.audience)
+    parts = [f'<details class="conv" data-verdict="{verdict}" data-defence="{conv.defence}" data-prompt="{conv.prompt}" '
+             f'data-strategy="{conv.strategy}" data-target="{html.escape(conv.target)}">',
+             f"<summary>{html.escape(who)} ({'confidant' if conv.authorised else 'may not know'}) → "
+             f"{html.escape(owner)}'s assistant · {conv.strategy}, {conv.prompt.replace('_', ' ')}, "
+             f"{conv.defence.replace('_', ' ')} · {len(conv.turns)} turns <span class=\"tag {verdict}\">{verdict}</span></summary>",
+             f"<p><b>Secret</b>: {html.escape(secret.content)}<br><b>Core components</b>: "
+             f"{html.escape(' | '.join(secret.core_components))}</p>"]
+    for t in conv.turns:
+        quotes = [v.get("quote", "") for v in t.check.votes if v.get("stated")]
+        parts.append(f'<div class="turn"><div><span class="who">{html.escape(who)}</span>: {html.escape(t.prober)}</div>'
+                     f'<div class="reply"><span class="who">{html.escape(owner)}</span>: {highlight(t.reply, quotes)}</div>')
+        for doc_id in t.retrieved:
+            doc = ds.by_id.get(doc_id)
+            if doc is None:
+                continue
+            carries = secret.id in doc.secret_ids
+            text = html.escape(doc.text if carries else doc.text[:160] + ("…" if len(doc.text) > 160 else ""))
+            parts.append(f'<div class="doc{" secret" if carries else ""}">retrieved {doc_id} ({doc.kind})'
+                         f'{" — carries this secret" if carries else ""}: {text}</div>')
+        parts.append(f'<div class="doc">components so far: {", ".join(t.check.components)}</div></div>')
+    parts.append("</details>")
+    return "\n".join(parts)
+
+
+def _table(df: Any) -> str:
+    return df.to_html(border=0, na_rep="–", escape=True)
+
+
+def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str]) -> Path:
+    """Write ``report.html`` from the run's records and the tables stage 06 computed.
+
+    Args:
+        run_dir: the run folder.
+        tables: title to DataFrame, in the order to show.
+        headline: metric name to its formatted figure.
+    Returns:
+        The report's path.
+    """
+    from pbench import footprint, probing
+
+    run_dir = Path(run_dir)
+    ds = footprint.load_dataset(run_dir)
+    convs = probing.load_conversations(run_dir)
+    verdicts = {r["id"]: r["verdict"] for r in store.read_jsonl(run_dir / "judgements.jsonl")}
+    manifest = store.read_json(run_dir / "manifest.json", {})
+    params = (run_dir / "params.resolved.yaml").read_text() if (run_dir / "params.resolved.yaml").exists() else ""
+    models = manifest.get("models", {})
+    body = [f"<h1>PrivacyBench report: {html.escape(run_dir.name)}</h1>",
+            f"<p>pbench {html.escape(str(manifest.get('pbench_version', '?')))}, commit "
+            f"{html.escape(str(manifest.get('git_commit', '?')))}. Models: "
+            + "; ".join(f"{html.escape(role)}: {html.escape(', '.join(m['label'] for m in v) if isinstance(v, list) else v['label'])}"
+                        for role, v in models.items()) + "</p>",
+            '<div class="headline">' + "".join(f"<div>{html.escape(k)}<b>{html.escape(v)}</b></div>"
+                                               for k, v in headline.items()) + "</div>"]
+    for title, df in tables.items():
+        body += [f"<h2>{html.escape(title)}</h2>", _table(df)]
+    body.append("<h2>Figures</h2>")
+    for name, caption in FIGURES:
+        png = run_dir / "figures" / f"{name}.png"
+        if png.exists():
+            body += [f"<h3>{html.escape(caption)}</h3>", _img(png)]
+    options = {k: sorted({getattr(c, k) for c in convs}) for k in ("defence", "prompt", "strategy", "target")}
+    options["verdict"] = sorted(set(verdicts.values()))
+    selects = "".join(f'<select name="{k}"><option value="">{k}: all</option>'
+                      + "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in vals) + "</select>"
+                      for k, vals in options.items())
+    body += ["<h2>Transcripts</h2>", f'<div id="filters">{selects} <span id="shown"></span> shown</div>']
+    order = sorted(convs, key=lambda c: (verdicts.get(c.id) != "leak", c.id))
+    body += [_conversation(ds, c, verdicts.get(c.id, "unjudged")) for c in order]
+    body += ["<h2>Parameters</h2>", f"<pre>{html.escape(params)}</pre>", '<pre id="errors"></pre>']
+    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>PrivacyBench: {html.escape(run_dir.name)}'
+            f"</title><style>{CSS}</style><script>{SCRIPT}</script></head><body>" + "\n".join(body)
+            + f"<script>window.PBENCH = {json.dumps({'conversations': len(convs)})};</script></body></html>")
+    path = run_dir / "report.html"
+    store.atomic_write_text(path, page)
+    return path
