@@ -182,6 +182,8 @@ def draw_breakdowns(long, path: Path | None = None):
             hi.append(100 * (r["hi"] - r["value"]) if ok else 0)
         ax.bar(range(len(vals)), vals, color="C3")
         ax.errorbar(range(len(vals)), vals, yerr=[lo, hi], fmt="none", color="black", capsize=3)
+        for x, (v, n) in enumerate(zip(vals, g["n"], strict=True)):  # a zero bar still says so
+            ax.text(x, v + 2, f"{v:.0f}%" if n else "no cases", ha="center", fontsize=8)
         ax.set_xticks(range(len(vals)), labels, fontsize=8)
         ax.set_title(f"leakage rate by {by}")
         ax.set_ylim(0, 105)
