@@ -14,6 +14,7 @@ import numpy as np
 
 DIMENSIONS = 384
 _lock = threading.Lock()
+_encode_lock = threading.Lock()  # the Rust tokenizer refuses concurrent use ("Already borrowed")
 _model = None
 
 
@@ -31,8 +32,11 @@ def model():
 
 
 def embed(texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """Unit-length embeddings, one row per text (cosine similarity is a dot product)."""
+    """Unit-length embeddings, one row per text (cosine similarity is a dot product).
+    Safe to call from several threads at once (calls are serialised)."""
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
-    return model().encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                          show_progress_bar=False, convert_to_numpy=True)
+    m = model()
+    with _encode_lock:
+        return m.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                        show_progress_bar=False, convert_to_numpy=True)
