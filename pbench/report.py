@@ -156,7 +156,9 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
     body += ["<h2>Transcripts</h2>", f'<div id="filters">{selects} <span id="shown"></span> shown</div>']
     order = sorted(convs, key=lambda c: (verdicts.get(c.id) != "leak", c.id))
     body += [_conversation(ds, c, verdicts.get(c.id, "unjudged")) for c in order]
-    body += ["<h2>Parameters</h2>", f"<pre>{html.escape(params)}</pre>", '<pre id="errors"></pre>']
+    body += ["<h2>Parameters</h2>",
+             f"<details><summary>params.resolved.yaml</summary><pre>{html.escape(params)}</pre></details>",
+             '<pre id="errors"></pre>']
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>PrivacyBench: {html.escape(run_dir.name)}'
             f"</title><style>{CSS}</style><script>{SCRIPT}</script></head><body>" + "\n".join(body)
             + f"<script>window.PBENCH = {json.dumps({'conversations': len(convs)})};</script></body></html>")
