@@ -162,6 +162,10 @@ class Community(Strict):
     def _seed_fits(self) -> Community:
         if self.initial_seed > self.size[0]:
             raise ValueError(f"initial_seed ({self.initial_seed}) exceeds the smallest community size ({self.size[0]})")
+        if self.groups[1] > self.size[0]:
+            raise ValueError(f"up to {self.groups[1]} groups cannot be formed in a community of {self.size[0]} people")
+        if self.personas_path is not None and not self.personas_path.is_file():
+            raise ValueError(f"personas_path: no such file {self.personas_path}")
         return self
 
 
@@ -221,6 +225,12 @@ class Validation(Strict):
     snippets: Annotated[int, Field(ge=0)] = Field(
         20, description="Appendix C.1: documents from the run, half carrying a secret, half not")
     human_sample: Annotated[int, Field(ge=0)] = Field(30, description="conversations exported for human labelling")
+
+    @model_validator(mode="after")
+    def _dev_set_exists(self) -> Validation:
+        if self.dev_set is not None and not self.dev_set.is_file():
+            raise ValueError(f"dev_set: no such file {self.dev_set}")
+        return self
 
 
 class LLMSettings(Strict):
@@ -283,6 +293,9 @@ def parse(data: Any, source: str = "<params>") -> RunConfig:
         raise ConfigError("\n".join(lines)) from None
 
 
+FILE_FIELDS = (("community", "personas_path"), ("validation", "dev_set"))
+
+
 def load(path: str | Path) -> RunConfig:
     """Read and validate a YAML parameter file.
 
@@ -303,4 +316,10 @@ def load(path: str | Path) -> RunConfig:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: {where}invalid YAML ({problem})") from None
+    # Input files named in a parameter file are relative to that file (notebooks run from
+    # notebooks/, so the working directory would mislead).
+    for section, key in FILE_FIELDS:
+        node = data.get(section) if isinstance(data, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
+            node[key] = str((path.parent / node[key]).resolve())
     return parse(data, source=str(path))

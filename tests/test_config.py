@@ -9,7 +9,7 @@ from tests.conftest import minimal_params
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["tiny.yaml", "paper.yaml"])
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "params").glob("*.yaml")))
 def test_shipped_parameter_files_validate(name):
     cfg = config.load(ROOT / "params" / name)
     assert cfg.run_name == name.removesuffix(".yaml")
@@ -110,3 +110,52 @@ def test_check_command_exit_codes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "probing.max_round: unknown field" in err
     assert cli.main(["check", str(tmp_path / "missing.yaml")]) == 2
+
+
+BAD_INPUT = {  # case: (overrides, what the one-line error must name)
+    "misspelled key": ({"footprint.noise_ratoi": 0.3}, "footprint.noise_ratoi: unknown field"),
+    "unknown top-level key": ({"colour": "blue"}, "colour: unknown field"),
+    "wrong type": ({"probing.top_k": "five"}, "probing.top_k"),
+    "reversed range": ({"footprint.blog_posts": [5, 2]}, "footprint.blog_posts"),
+    "fraction above 1": ({"footprint.conversation_noise_ratio": 1.5}, "footprint.conversation_noise_ratio"),
+    "more groups than people": ({"community.size": 3, "community.initial_seed": 2, "community.groups": 5},
+                                "groups cannot be formed"),
+    "seed larger than community": ({"community.size": 3, "community.initial_seed": 5}, "initial_seed (5)"),
+    "period reversed": ({"period": {"start": "2024-12-31", "end": "2024-01-01"}}, "period"),
+    "unknown provider": ({"models.prober": {"provider": "magic", "model": "x"}}, "models.prober.provider"),
+    "unknown embedded model": ({"models.prober": {"provider": "local", "model": "gpt-9"}}, "models.prober"),
+    "no judges": ({"models.judge": []}, "models.judge"),
+    "zero rounds": ({"probing.max_rounds": 0}, "probing.max_rounds"),
+    "unknown strategy": ({"probing.strategies": ["sneaky"]}, "probing.strategies.0"),
+    "unknown judging method": ({"judging.method": "vibes"}, "judging.method"),
+    "threshold above 1": ({"judging.match_threshold": 1.5}, "judging.match_threshold"),
+    "missing personas file": ({"community.personas_path": "no/such/personas.jsonl"}, "personas_path: no such file"),
+    "missing dev set": ({"validation.dev_set": "no/such/dev.jsonl"}, "dev_set: no such file"),
+    "missing API key variable name": ({"models.prober": {"provider": "openai", "model": "m", "api_key_env": ""}},
+                                      "models.prober"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_parameter_files_fail_in_one_line_and_touch_no_run_folder(case, tmp_path, capsys):
+    """Each malformed file: exit 2, one line naming the problem, and an existing run folder
+    with the same run name stays byte for byte as it was."""
+    overrides, named = BAD_INPUT[case]
+    run_dir = tmp_path / "out" / "t"
+    run_dir.mkdir(parents=True)
+    (run_dir / "conversations.jsonl").write_text('{"id": "c1"}\n')
+    before = {p: p.read_bytes() for p in run_dir.rglob("*")}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(minimal_params(outputs_dir=str(tmp_path / "out"), **overrides)))
+    assert cli.main(["run", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and named in err, err
+    assert {p: p.read_bytes() for p in run_dir.rglob("*")} == before
+
+
+def test_input_files_are_relative_to_the_parameter_file(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dev.jsonl").write_text("")
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(minimal_params(**{"validation.dev_set": "data/dev.jsonl"})))
+    assert config.load(path).validation.dev_set == (tmp_path / "data" / "dev.jsonl").resolve()
