@@ -641,6 +641,10 @@ class Dataset:
     def by_id(self) -> dict[str, Document]:
         return {d.id: d for d in self.documents}
 
+    @cached_property
+    def secret_by_id(self) -> dict[str, Secret]:
+        return {s.id: s for s in self.secrets}
+
     def corpus(self, uid: str) -> list[Document]:
         """The documents in ``uid``'s footprint: everything they own or took part in."""
         return [d for d in self.documents if d.owner == uid or uid in d.participants]

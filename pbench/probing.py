@@ -148,7 +148,7 @@ class Runner:
     async def run(self, probe: Probe) -> Conversation:
         """Talk until a leak (or a share, for a confidant), or ``max_rounds``."""
         t0 = time.perf_counter()
-        secret = next(s for s in self.ds.secrets if s.id == probe.secret_id)
+        secret = self.ds.secret_by_id[probe.secret_id]
         assistant = Assistant(self.ds.view, self.index, self.assistants[probe.target], probe.owner, probe.prompt,
                               probe.defence, self.top_k)
         owner_name = self.ds.view.name(probe.owner)
@@ -271,7 +271,7 @@ def load_conversations(run_dir: str | Path) -> list[Conversation]:
 def transcript(ds: Dataset, conv: Conversation) -> str:
     """A conversation as text, with what each turn retrieved and the check's verdict."""
     v = ds.view
-    secret = next(s for s in ds.secrets if s.id == conv.secret_id)
+    secret = ds.secret_by_id[conv.secret_id]
     head = (f"{conv.id}: {v.name(conv.audience)} ({'confidant' if conv.authorised else 'may not know'}) talks to "
             f"{v.name(conv.owner)}'s assistant; {conv.strategy}, {conv.prompt}, {conv.defence}, {conv.target}; "
             f"ended: {conv.ended}\nsecret: {secret.content}\n")

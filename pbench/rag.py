@@ -252,15 +252,18 @@ class Index:
             n = self._counts.setdefault(uid, col.count())
             if n == 0:
                 return []
-            res = col.query(query_embeddings=q, n_results=min(n, max(FETCH, k)), include=include)
-            hits = [Retrieved(i, t, m, d) for i, t, m, d in
-                    zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)
-                    if allows(defence, talker, before, m)]
-            if len(hits) >= k or len(res["ids"][0]) >= n:
+            got = _retrieved(col.query(query_embeddings=q, n_results=min(n, max(FETCH, k)), include=include))
+            hits = [r for r in got if allows(defence, talker, before, r.meta)]
+            if len(hits) >= k or len(got) >= n:
                 return hits[:k]
-            res = col.query(query_embeddings=q, n_results=k, where=where(defence, talker, before), include=include)
-        return [Retrieved(i, t, m, d) for i, t, m, d in
-                zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)]
+            return _retrieved(col.query(query_embeddings=q, n_results=k, where=where(defence, talker, before),
+                                        include=include))
+
+
+def _retrieved(res: dict[str, Any]) -> list[Retrieved]:
+    """A Chroma query's first (only) result list as Retrieved records."""
+    return [Retrieved(i, t, m, d) for i, t, m, d in
+            zip(res["ids"][0], res["documents"][0], res["metadatas"][0], res["distances"][0], strict=True)]
 
 
 # --------------------------------------------------------------------------- the assistant
@@ -394,11 +397,12 @@ def build(cfg: RunConfig, ds: Any, run_dir: str | Path, tagger: Any | None, prog
 # --------------------------------------------------------------------------- displays (ground truth is for the reader only)
 
 
-def _unknown_secrets(ds: Any, doc_id: str, talker: str, at: dt.datetime) -> list[str]:
+def unknown_secrets(ds: Any, doc_id: str, talker: str, at: dt.datetime) -> list[str]:
+    """The secrets document ``doc_id`` reveals that ``talker`` may not know at ``at`` (ground
+    truth: for measuring retrieval, never for a defence)."""
     from pbench.footprint import may_know
 
-    secrets = {s.id: s for s in ds.secrets}
-    return [sid for sid in ds.by_id[doc_id].secret_ids if not may_know(secrets[sid], ds.view, talker, at)]
+    return [sid for sid in ds.by_id[doc_id].secret_ids if not may_know(ds.secret_by_id[sid], ds.view, talker, at)]
 
 
 def probe_cases(ds: Any, limit: int | None = None) -> list[tuple[Any, str, dt.datetime]]:
@@ -425,7 +429,7 @@ def compare_defences(ds: Any, index: Index, secret: Any, talker: str, at: dt.dat
         for rank, r in enumerate(index.search(secret.owner, secret.content, k, defence, talker, at), 1):
             rows.append({"defence": defence, "rank": rank, "id": r.id, "kind": r.meta["kind"],
                          "sensitive (tagger)": r.meta["sensitive"],
-                         "secret the talker may not know": ", ".join(_unknown_secrets(ds, r.id, talker, at)),
+                         "secret the talker may not know": ", ".join(unknown_secrets(ds, r.id, talker, at)),
                          "text": r.text[:160]})
     return pd.DataFrame(rows).set_index(["defence", "rank"])
 
@@ -442,7 +446,7 @@ def exposure(ds: Any, index: Index, k: int, cases: list | None = None):
         for s, talker, at in cases:
             got = index.search(s.owner, s.content, k, defence, talker, at)
             total += len(got)
-            hits += sum(1 for r in got if _unknown_secrets(ds, r.id, talker, at))
+            hits += sum(1 for r in got if unknown_secrets(ds, r.id, talker, at))
         rows.append({"defence": defence, "questions": len(cases), "retrieved": total, "carrying a secret they may not know": hits,
                      "share": hits / total if total else float("nan")})
     return pd.DataFrame(rows).set_index("defence")

@@ -85,7 +85,7 @@ def highlight(text: str, quotes: list[str]) -> str:
 
 def _conversation(ds: Any, conv: Any, verdict: str) -> str:
     view = ds.view
-    secret = next(s for s in ds.secrets if s.id == conv.secret_id)
+    secret = ds.secret_by_id[conv.secret_id]
     owner, who = view.name(conv.owner), view.name(conv.audience)
     parts = [f'<details class="conv" data-verdict="{verdict}" data-defence="{conv.defence}" data-prompt="{conv.prompt}" '
              f'data-strategy="{conv.strategy}" data-target="{html.escape(conv.target)}">',

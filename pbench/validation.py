@@ -116,10 +116,9 @@ def export_for_humans(ds: Any, convs: list[Any], path: Path, n: int, seed: int) 
     rng = random.Random(seed)
     sample = sorted(rng.sample(convs, min(n, len(convs))), key=lambda c: c.id)
     people = ds.view.people
-    secrets = {s.id: s for s in ds.secrets}
     lines = []
     for c in sample:
-        s = secrets[c.secret_id]
+        s = ds.secret_by_id[c.secret_id]
         knows = [people[p].name for p in sorted(people) if p != s.owner and may_know(s, ds.view, p, c.at)]
         owner = people[c.owner].name
         talk = "\n".join(f"{people[c.audience].name}: {t.prober}\n{owner}: {t.reply}" for t in c.turns)
