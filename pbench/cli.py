@@ -22,6 +22,7 @@ from pbench import config
 
 def _check(args: argparse.Namespace) -> int:
     cfg = config.load(args.file)
+    config.verify_model_files(cfg)
     roles = {r: getattr(cfg.models, r) for r in ("generator", "assistant", "prober", "judge", "tagger")}
     roles["tagger"] = roles["tagger"] or cfg.models.assistant[0]
     bound = "; ".join(

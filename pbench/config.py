@@ -57,7 +57,7 @@ def _as_list(value: Any) -> Any:
 
 
 EMBEDDED_MODELS = ("qwen2.5-1.5b", "qwen2.5-0.5b", "smollm2-135m")
-_LOCAL_ONLY = ("n_ctx", "n_parallel", "n_threads")
+_LOCAL_ONLY = ("n_ctx", "n_parallel", "n_threads", "sha256")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -81,6 +81,8 @@ class ModelSpec(Strict):
     n_ctx: Annotated[int, Field(ge=512)] = 8192
     n_parallel: Annotated[int, Field(ge=1, le=64)] = 2
     n_threads: Annotated[int, Field(ge=1)] | None = None
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = Field(
+        None, description="local .gguf files: the file's expected sha256, checked before the run starts")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra provider arguments")
 
     @model_validator(mode="after")
@@ -93,6 +95,10 @@ class ModelSpec(Strict):
             raise ValueError(
                 f"local model {self.model!r} is neither one of {', '.join(EMBEDDED_MODELS)} nor a .gguf path"
             )
+        elif self.model.endswith(".gguf") and not Path(self.model).is_file():
+            raise ValueError(f"local model file {self.model} does not exist")
+        if self.sha256 is not None and self.model in EMBEDDED_MODELS:
+            raise ValueError("sha256 applies to .gguf files; embedded models carry their own pinned hash")
         if self.provider == "langchain" and ":" not in self.model:
             raise ValueError("langchain models are written 'provider:model', e.g. 'anthropic:claude-sonnet-4-5'")
         if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
@@ -233,9 +239,24 @@ class Validation(Strict):
         return self
 
 
+FaultKind = Literal["invalid_json", "empty", "timeout", "rate_limit", "server_error"]
+
+
+class Faults(Strict):
+    """Fault injection for reliability runs: a share of model calls misbehave on purpose."""
+
+    rate: Fraction = Field(0.0, description="share of model calls that misbehave; 0 turns injection off")
+    kinds: Annotated[list[FaultKind], Field(min_length=1)] = ["invalid_json", "empty", "timeout", "rate_limit",
+                                                              "server_error"]
+    seed: int = 0
+
+
 class LLMSettings(Strict):
     cache: bool = Field(True, description="persistent response cache: rerunning the same work makes no model calls")
     cache_path: Path | None = Field(None, description="SQLite file; default: <run folder>/llm_cache.sqlite")
+    backoff_s: Annotated[float, Field(ge=0.0, le=60.0)] = Field(
+        1.0, description="first wait before retrying a transient error (doubles each retry, capped at 30 s)")
+    faults: Faults = Faults()
 
 
 class RunConfig(Strict):
@@ -322,4 +343,44 @@ def load(path: str | Path) -> RunConfig:
         node = data.get(section) if isinstance(data, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
             node[key] = str((path.parent / node[key]).resolve())
+    models = data.get("models") if isinstance(data, dict) else None
+    for spec in _model_dicts(models):
+        local_file = spec.get("provider") == "local" and str(spec.get("model", "")).endswith(".gguf")
+        if local_file and not Path(spec["model"]).is_absolute():
+            spec["model"] = str((path.parent / spec["model"]).resolve())
     return parse(data, source=str(path))
+
+
+def _model_dicts(models: Any) -> list[dict[str, Any]]:
+    if not isinstance(models, dict):
+        return []
+    specs = [v for value in models.values() for v in (value if isinstance(value, list) else [value])]
+    return [s for s in specs if isinstance(s, dict)]
+
+
+def verify_model_files(cfg: RunConfig) -> None:
+    """Check the sha256 of every local .gguf file that gives one (embedded models are checked
+    when assembled).
+
+    Raises:
+        ConfigError: a file whose bytes do not match, naming the role and the file.
+    """
+    import hashlib
+
+    checked: dict[str, str] = {}
+    for role in ("generator", "assistant", "prober", "judge", "tagger"):
+        value = getattr(cfg.models, role)
+        specs = value if isinstance(value, list) else [value] if value is not None else []
+        for i, spec in enumerate(specs):
+            if spec.provider != "local" or spec.sha256 is None:
+                continue
+            if spec.model not in checked:
+                digest = hashlib.sha256()
+                with open(spec.model, "rb") as fh:
+                    while chunk := fh.read(1 << 22):
+                        digest.update(chunk)
+                checked[spec.model] = digest.hexdigest()
+            if checked[spec.model] != spec.sha256:
+                where = f"models.{role}[{i}]" if isinstance(value, list) else f"models.{role}"
+                raise ConfigError(f"{where}: {spec.model} fails its checksum (sha256 {checked[spec.model][:12]}..., "
+                                  f"expected {spec.sha256[:12]}...); the file is damaged or not the one named")

@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from pbench import figures, prompts, store
 from pbench.config import RunConfig
+from pbench.llm import LLMError
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
 from pbench.social_graph import CommunityView
 
@@ -562,7 +563,16 @@ def build(cfg: RunConfig, view: CommunityView, model: Any, run_dir: str | Path, 
             async with in_flight:
                 _save_user(run_dir, uid, await gen.user(uid))  # each user lands whole, or not at all
 
-        await asyncio.gather(*(one(u) for u in users if u not in resumed))
+        todo = [u for u in users if u not in resumed]
+        outcomes = await asyncio.gather(*(one(u) for u in todo), return_exceptions=True)
+        failed = {u: o for u, o in zip(todo, outcomes, strict=True) if isinstance(o, BaseException)}
+        for o in failed.values():
+            if not isinstance(o, LLMError):
+                raise o
+        if failed:  # the others are saved; their replies and the failed users' partial replies are cached
+            first = next(iter(failed.values()))
+            raise LLMError(f"{len(failed)} of {len(todo)} users gave up ({', '.join(failed)}; first: {first}); "
+                           "finished users are saved, rerun the stage to retry the rest")
 
     run_sync(all_users())
     results = {u: _load_user(run_dir, u) for u in users}

@@ -75,6 +75,20 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
 TRANSIENT_ERRORS = _transient_errors()
 
 
+def _refusals() -> tuple[type[BaseException], ...]:
+    # Errors the endpoint answers with that a retry cannot mend: a bad key (401), no access
+    # (403), an unknown model (404), a malformed request (400).
+    try:
+        import openai
+
+        return (openai.APIStatusError,)
+    except ImportError:  # pragma: no cover - openai is a dependency
+        return ()
+
+
+REFUSALS = _refusals()
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -114,6 +128,7 @@ class RoleUsage:
     give_ups: int = 0  # requests that failed after all retries
     parse_failures: int = 0  # replies that did not parse (each retried)
     unparsed: int = 0  # requests returned unparsed after all parse retries
+    injected: int = 0  # faults injected on purpose (llm.faults), counted where they happened
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -401,6 +416,51 @@ def make_backend(spec: ModelSpec) -> Backend:
     return LangChainBackend(spec)
 
 
+# --------------------------------------------------------------------------- fault injection
+
+
+class FaultyBackend:
+    """Wraps any backend so that a share of calls misbehave as real servers do (``llm.faults``).
+
+    Kinds: ``invalid_json`` (a truncated JSON reply; free-text requests get an empty one),
+    ``empty``, ``timeout``, ``rate_limit`` (HTTP 429) and ``server_error`` (HTTP 500). Errors
+    are the OpenAI client's own exception types, raised at once instead of after the wait.
+
+    Args:
+        inner: the real backend.
+        rate: share of calls that misbehave.
+        kinds: the faults to draw from, uniformly.
+        seed: the draw's seed.
+        on_fault: called with the kind of each injected fault (for the ledger).
+    """
+
+    def __init__(self, inner: Backend, rate: float, kinds: Sequence[str], seed: int,
+                 on_fault: Callable[[str], None] = lambda kind: None) -> None:
+        self.inner = inner
+        self.identity = inner.identity  # the same cache keys as the real model
+        self.rate, self.kinds, self.on_fault = rate, list(kinds), on_fault
+        self._rng = random.Random(seed)
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply:
+        if self._rng.random() >= self.rate:
+            return await self.inner.generate(messages, schema=schema, settings=settings)
+        kind = self._rng.choice(self.kinds)
+        self.on_fault(kind)
+        if kind == "invalid_json":
+            return RawReply('{"facts": ["unfinished' if schema is not None else "")
+        if kind == "empty":
+            return RawReply("")
+        import openai
+
+        request = httpx.Request("POST", "http://injected.invalid/v1/chat/completions")
+        if kind == "timeout":
+            raise openai.APITimeoutError(request=request)
+        status, error = (429, openai.RateLimitError) if kind == "rate_limit" else (500, openai.InternalServerError)
+        raise error(f"injected HTTP {status}", response=httpx.Response(status, request=request), body=None)
+
+
 # --------------------------------------------------------------------------- parsing
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
@@ -565,6 +625,11 @@ class ChatModel:
                 await asyncio.sleep(min(delay, 30.0) * (0.5 + random.random()))
                 delay *= 2
                 continue
+            except REFUSALS as exc:
+                self._count(calls=1, give_ups=1, seconds=time.perf_counter() - start)
+                status = getattr(exc, "status_code", "?")
+                raise LLMError(f"{self.role} model {self.label}: the endpoint refused the request (HTTP {status}, "
+                               f"{type(exc).__name__}); not retried: check the model name, base_url and api_key_env") from exc
             self._count(
                 calls=1,
                 seconds=time.perf_counter() - start,
@@ -611,7 +676,13 @@ class Roles:
             return self._backends[key]
 
     def _bind(self, role: str, spec: ModelSpec) -> ChatModel:
-        return ChatModel(spec, role, self._backend(spec), self.cache, seed=self.cfg.seed)
+        backend = self._backend(spec)
+        faults = self.cfg.llm.faults
+        if faults.rate > 0:
+            seed = int(hashlib.sha256(f"{faults.seed}|{role}|{spec.label}".encode()).hexdigest()[:8], 16)
+            backend = FaultyBackend(backend, faults.rate, faults.kinds, seed,
+                                    on_fault=lambda kind: LEDGER.add(role, spec.label, injected=1))
+        return ChatModel(spec, role, backend, self.cache, seed=self.cfg.seed, backoff_s=self.cfg.llm.backoff_s)
 
     def role(self, name: str) -> ChatModel:
         """The model bound to a single-model role (``generator``, ``prober``, ``tagger``)."""

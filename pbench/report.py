@@ -111,6 +111,34 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
     return "\n".join(parts)
 
 
+USAGE_COLUMNS = ("calls", "cache_hits", "retries", "injected", "parse_failures", "unparsed", "give_ups")
+
+
+def usage_table(manifest: dict[str, Any]):
+    """Model calls and failures per stage, role and model, from the manifest: what was retried,
+    what never parsed, and what was given up."""
+    import pandas as pd
+
+    rows = [{"stage": stage, "role": role, "model": model, **{c: u.get(c, 0) for c in USAGE_COLUMNS}}
+            for stage, entry in sorted(manifest.get("stages", {}).items())
+            for role, models in entry.get("llm", {}).items() for model, u in models.items()]
+    return pd.DataFrame(rows, columns=["stage", "role", "model", *USAGE_COLUMNS])
+
+
+def _failures(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    usage = usage_table(manifest)
+    body = ["<h2>Model calls and failures</h2>",
+            "<p>Retries are transient errors (timeouts, rate limits, server errors) tried again; an unparsed "
+            "reply was retried and never parsed, and is counted, never read as a verdict; a give-up is a "
+            "request that failed after every retry.</p>"]
+    body.append(_table(usage.set_index(["stage", "role", "model"])) if len(usage) else "<p>No model calls recorded.</p>")
+    errors = store.read_json(run_dir / "probing.json", {}).get("errors", [])
+    if errors:
+        body.append(f"<p><b>{len(errors)} conversations were given up</b> after their model's retries (a rerun "
+                    "tries them again):</p><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in errors) + "</ul>")
+    return body
+
+
 def _table(df: Any) -> str:
     return df.to_html(border=0, na_rep="–", escape=True)
 
@@ -156,6 +184,7 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
     body += ["<h2>Transcripts</h2>", f'<div id="filters">{selects} <span id="shown"></span> shown</div>']
     order = sorted(convs, key=lambda c: (verdicts.get(c.id) != "leak", c.id))
     body += [_conversation(ds, c, verdicts.get(c.id, "unjudged")) for c in order]
+    body += _failures(run_dir, manifest)
     body += ["<h2>Parameters</h2>",
              f"<details><summary>params.resolved.yaml</summary><pre>{html.escape(params)}</pre></details>",
              '<pre id="errors"></pre>']

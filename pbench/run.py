@@ -140,12 +140,13 @@ class StageResult:
 
 
 def _usage_totals(usage: dict[str, Any]) -> dict[str, int]:
-    tot = {"calls": 0, "cache_hits": 0, "tokens": 0, "unparsed": 0, "give_ups": 0}
+    tot = {"calls": 0, "cache_hits": 0, "tokens": 0, "retries": 0, "unparsed": 0, "give_ups": 0}
     for models in usage.values():
         for u in models.values():
             tot["calls"] += u["calls"]
             tot["cache_hits"] += u["cache_hits"]
             tot["tokens"] += u["prompt_tokens"] + u["completion_tokens"]
+            tot["retries"] += u["retries"]
             tot["unparsed"] += u["unparsed"]
             tot["give_ups"] += u["give_ups"]
     return tot
@@ -201,6 +202,7 @@ def run(
     """
     params_path = Path(params_path).resolve()
     cfg = config_mod.load(params_path)
+    config_mod.verify_model_files(cfg)
     nb_dir = notebooks_dir or default_notebooks_dir()
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
@@ -224,20 +226,31 @@ def run(
     results: list[StageResult] = []
     upstream: list[str] = []
     started = time.perf_counter()
-    for st in pipeline:
+    first_selected = min(pipeline.index(s) for s in selected) if selected else len(pipeline)
+    for position, st in enumerate(pipeline):
         nb_in = nb_dir / f"{st.name}.ipynb"
         if not nb_in.is_file():
             raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
         fp = fingerprint(cfg, st, nb_in, upstream)
-        upstream.append(fp)
         marker = run_dir / "stages" / f"{st.name}.json"
+        done = store.read_json(marker, default={}) if marker.exists() else {}
+        damaged = damaged_outputs(run_dir, st, done)
         if st not in selected:
+            if position < first_selected and (not done or damaged):
+                what = f"its {', '.join(damaged)} is missing or changed since it finished" if done else "it has not finished"
+                raise StageFailed(f"stage {st.name} is needed by the stages asked for, but {what}; rerun it: "
+                                  f"pbench run {params_path.name} --stages {st.name.split('_', 1)[0]}")
+            upstream.append(f"{fp}:{_digest_of(done)}")
             continue
-        done = store.read_json(marker, default={})
-        complete = all((run_dir / o).exists() for o in st.outputs)
-        if not force and done.get("fingerprint") == fp and complete:
+        unfinished = done.get("metrics", {}).get("incomplete", 0)
+        if not force and done.get("fingerprint") == fp and not damaged and not unfinished:
             results.append(StageResult(st.name, "skipped", 0.0, done.get("usage", {})))
+            upstream.append(f"{fp}:{_digest_of(done)}")
             continue
+        if done and damaged and not force:
+            print(f"{st.name}: {', '.join(damaged)} missing or changed since the stage finished; running it again")
+        elif done and unfinished and not force:
+            print(f"{st.name}: {unfinished} units of work were given up last time; trying them again")
         marker.unlink(missing_ok=True)
         _set_aside_stale(run_dir, st, fp)
         usage_file = run_dir / "stages" / f"{st.name}.usage.json"
@@ -256,7 +269,10 @@ def run(
         missing = [o for o in st.outputs if not (run_dir / o).exists()]
         if missing:
             raise StageFailed(f"stage {st.name} finished without writing {', '.join(missing)}")
-        store.write_json(marker, {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics})
+        done = {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics,
+                "outputs": output_digests(run_dir, st)}
+        store.write_json(marker, done)
+        upstream.append(f"{fp}:{_digest_of(done)}")
         entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
         store.update_json(manifest, {"stages": {st.name: entry}})
         results.append(StageResult(st.name, "ran", seconds, usage))
@@ -264,6 +280,36 @@ def run(
     _print_summary(results)
     _print_headline(run_dir)
     return results
+
+
+def output_digests(run_dir: Path, st: Stage) -> dict[str, str]:
+    """sha256 of each of a stage's output files (folders are only required to exist: a vector
+    store rewrites its own files when opened)."""
+    out = {}
+    for name in st.outputs:
+        path = run_dir / name
+        if path.is_file():
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    digest.update(chunk)
+            out[name] = digest.hexdigest()
+    return out
+
+
+def damaged_outputs(run_dir: Path, st: Stage, marker: dict[str, Any]) -> list[str]:
+    """A finished stage's outputs that are missing, or whose bytes differ from when it finished
+    (truncated, edited, replaced)."""
+    missing = [o for o in st.outputs if not (run_dir / o).exists()]
+    recorded = marker.get("outputs", {})
+    now = output_digests(run_dir, st) if recorded else {}
+    return missing + [o for o, h in recorded.items() if o not in missing and now.get(o) != h]
+
+
+def _digest_of(marker: dict[str, Any]) -> str:
+    # What later stages depend on: the bytes this stage wrote, so that a stage rerun which
+    # changes them reruns the stages after it.
+    return hashlib.sha256(json.dumps(marker.get("outputs", {}), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _print_headline(run_dir: Path) -> None:
@@ -310,11 +356,12 @@ def _print_summary(results: list[StageResult]) -> None:
     if not results:
         print("no stages to run")
         return
-    rows = [("stage", "status", "seconds", "calls", "cache hits", "tokens", "unparsed", "give-ups")]
+    rows = [("stage", "status", "seconds", "calls", "cache hits", "tokens", "retries", "unparsed", "give-ups")]
     for r in results:
         t = _usage_totals(r.usage)
         # A skipped stage made no call this time; its earlier usage stays in manifest.json.
-        cells = ["-"] * 5 if r.status == "skipped" else [str(t[k]) for k in ("calls", "cache_hits", "tokens", "unparsed", "give_ups")]
+        keys = ("calls", "cache_hits", "tokens", "retries", "unparsed", "give_ups")
+        cells = ["-"] * len(keys) if r.status == "skipped" else [str(t[k]) for k in keys]
         rows.append((r.name, r.status, f"{r.seconds:.1f}", *cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
