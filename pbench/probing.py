@@ -3,7 +3,9 @@
 Reads the footprint dataset, the index (stage 03) and the parameters (``probing``, the
 ``prober`` and ``assistant`` roles). Writes ``probe_plan.csv`` before anything runs (so its
 size and cost are visible first), then ``conversations.jsonl``, one finished conversation
-per line, appended whole, and ``probing.json`` (counts, errors, timing).
+per line, appended whole as it finishes and rewritten in plan order at the end (so the file
+does not depend on finishing order or on where a rerun resumed), and ``probing.json``
+(counts, errors, timing).
 
 For each secret, audiences are drawn from the community at the probe's time, a day after
 the secret was last told: people who may not know it (those it matters most to keep it
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import json
 import random
 import re
 import time
@@ -240,6 +243,7 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     t0 = time.perf_counter()
     run_sync(all_conversations())
     seconds = time.perf_counter() - t0
+    _rewrite_in_plan_order(run_dir / "conversations.jsonl", [r.id for r in rows])
     convs = load_conversations(run_dir)
     report = {
         "planned": len(rows), "resumed": len(done), "ran": counts["finished"], "errors": errors,
@@ -251,6 +255,17 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     }
     store.write_json(run_dir / "probing.json", report)
     return report
+
+
+def _rewrite_in_plan_order(path: Path, ids: list[str]) -> None:
+    """Rewrite the records in plan order, atomically; records of ids the plan no longer holds
+    keep their order after the planned ones."""
+    if not path.exists():
+        return
+    rank = {cid: i for i, cid in enumerate(ids)}
+    with store.locked(path):
+        records = sorted(store.read_jsonl(path), key=lambda r: rank.get(r["id"], len(rank)))
+        store.atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records))
 
 
 def load_conversations(run_dir: str | Path) -> list[Conversation]:
@@ -284,7 +299,7 @@ def transcript(ds: Dataset, conv: Conversation) -> str:
 
 
 def running_leaks(convs: list[Conversation]):
-    """Cumulative leaks over the unauthorised conversations, in the order they finished."""
+    """Cumulative leaks over the unauthorised conversations, in plan order (the file's order)."""
     import pandas as pd
 
     unauth = [c for c in convs if not c.authorised]
