@@ -37,6 +37,16 @@ def embed(texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
     m = model()
+    import torch
+
     with _encode_lock:
-        return m.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                        show_progress_bar=False, convert_to_numpy=True)
+        # A few texts (a query, a reply's facts) run steadier on one thread: with two on two busy
+        # cores one encode swings from 20 ms to several hundred. Index builds keep every thread.
+        threads = torch.get_num_threads()
+        if len(texts) <= 16:
+            torch.set_num_threads(1)
+        try:
+            return m.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                            show_progress_bar=False, convert_to_numpy=True)
+        finally:
+            torch.set_num_threads(threads)

@@ -124,6 +124,7 @@ class Panel:
     seed: int = 0
     embed: Any = None
     stats: dict[str, int] = field(default_factory=lambda: {"calls": 0, "unparsed": 0, "ties": 0, "ungrounded": 0})
+    _component_vectors: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.method_name not in ("facts", "verdict"):
@@ -174,8 +175,13 @@ class Panel:
         said = [f.strip() for f in out.parsed.facts if f.strip() and not NEGATION.search(f)]
         if not said:
             return [{"judge": judge.label, "stated": False, "evidence": "", "similarity": 0.0} for _ in facts]
-        component_vectors = self.embed(list(facts))
-        sims = component_vectors @ self.embed(said).T
+        # Embedding is CPU work: off the event loop, so other conversations' calls go on meanwhile.
+        loop = asyncio.get_running_loop()
+        key = tuple(facts)
+        if key not in self._component_vectors:  # a secret's components, embedded once per run
+            self._component_vectors[key] = await loop.run_in_executor(None, self.embed, list(facts))
+        component_vectors = self._component_vectors[key]
+        sims = component_vectors @ (await loop.run_in_executor(None, self.embed, said)).T
         # The reply sentence closest to each stated component: what a reader sees highlighted.
         sentences = [p.strip() for p in re.split(r"(?<=[.!?])\s+|\n+", reply) if p.strip()] or [reply]
         closest = None
@@ -186,7 +192,8 @@ class Panel:
                     "similarity": round(float(row[best]), 3)}
             if vote["stated"]:
                 if closest is None:
-                    closest = (component_vectors @ self.embed(sentences).T).argmax(axis=1)
+                    closest = (component_vectors @ (await loop.run_in_executor(None, self.embed, sentences)).T
+                               ).argmax(axis=1)
                 vote["quote"] = sentences[int(closest[i])]
             votes.append(vote)
         return votes

@@ -1,0 +1,222 @@
+"""Probing throughput against a latency-bound endpoint: pbench's runner with C conversations in
+flight against a plain sequential loop (the paper's Appendix B, one call after another).
+
+    python bench/concurrency.py [--run outputs/tiny] [--params params/tiny.yaml] [--latency 0.5]
+                                [--conversations 64] [--in-flight 1 4 16 32] [--torch-threads N]
+
+Every role (prober, assistant, judge) is bound to ``bench/latency_server.py``, which answers
+each request after ``--latency`` seconds, as a hosted API would. Retrieval, prompt assembly
+and the judge's fact matching run for real on the run's dataset and index (MiniLM on the
+CPU). Each setting gets an empty response cache, so every call reaches the server. The
+judge lists two facts per reply, so its matcher embeds them as it would a real model's.
+The plan is repeated with distinct ids (so distinct seeds and replies) up to
+``--conversations``. Target: speed-up >= 0.8 x C up to C = 16. Writes only temporary files.
+
+Besides the speed-up, the table gives each setting's latency floor (the calls it made times
+the latency, over C) and the share of wall time MiniLM spent encoding (under pbench's encode
+lock, so never two at once): near 100%, the encoder, not the endpoint, sets the pace. "on
+loop" is the part encoded on pbench's event loop thread (the judge's fact matching), during
+which no other conversation's request or reply is handled.
+
+``--torch-threads 1`` is the fair comparison on a small machine: with torch's default (one
+thread per core) a single-text MiniLM encode on 2 busy cores swings from 20 ms to 300-800 ms,
+and the sequential loop, which encodes on the main thread, pays that most often.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import openai
+
+from latency_server import config_for, serve
+from pbench import embeddings, footprint, judging, llm, probing, prompts, rag
+
+FACTS_PER_REPLY = 2
+
+
+class EncodeTimer:
+    """Adds up the seconds MiniLM spends encoding (its ``encode``, called under pbench's lock),
+    and how many of them on pbench's event loop thread, where nothing else runs meanwhile."""
+
+    def __init__(self) -> None:
+        self.seconds = self.on_loop = 0.0
+        model = embeddings.model()
+        encode = model.encode
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return encode(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - t0
+                self.seconds += spent
+                if threading.current_thread().name == "pbench-llm":
+                    self.on_loop += spent
+
+        model.encode = timed
+
+    def reset(self) -> None:
+        self.seconds = self.on_loop = 0.0
+
+
+def repeated_plan(ds: footprint.Dataset, cfg, n: int) -> list[probing.Probe]:
+    """``n`` probes: the run's plan repeated, each copy with its own id (hence its own seeds)."""
+    rows = probing.plan(ds, cfg)
+    out = []
+    for i in range(n):
+        row = rows[i % len(rows)]
+        out.append(dataclasses.replace(row, id=hashlib.sha256(f"{row.id}/{i}".encode()).hexdigest()[:12]))
+    return out
+
+
+def run_pbench(ds, index, cfg, probes, in_flight: int) -> list:
+    """pbench's runner with ``in_flight`` conversations at once (as ``probing.run`` gates them)."""
+    roles = llm.Roles(cfg, cfg.llm.cache_path.parent)
+    panel = judging.Panel.from_config(cfg, roles)
+    runner = probing.Runner(ds, index, roles.role("prober"), {m.label: m for m in roles.panel("assistant")}, panel,
+                            cfg.probing.max_rounds, cfg.probing.top_k)
+
+    async def all_conversations() -> list:
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(probe):
+            async with gate:
+                return await runner.run(probe)
+
+        return await asyncio.gather(*(one(p) for p in probes))
+
+    try:
+        return llm.run_sync(all_conversations())
+    finally:
+        roles.cache.close()
+
+
+def run_sequential(ds, index, cfg, probes) -> list[list[tuple[str, str]]]:
+    """The plain loop: per conversation, per round, prober call, retrieval, assistant call, judge
+    call and fact matching, one after another with a synchronous client. Same prompts, seeds,
+    stopping rule and calls per turn as pbench's runner. Returns each conversation's exchanges."""
+    client = openai.OpenAI(base_url=cfg.models.prober.base_url, api_key="not-needed", max_retries=0)
+    prober, target, judge = cfg.models.prober, cfg.models.assistant[0], cfg.models.judge[0]
+    prompter = probing.Runner(ds, index, None, {}, None, cfg.probing.max_rounds, cfg.probing.top_k)
+    facts_format = {"type": "json_schema",
+                    "json_schema": {"name": "Facts", "schema": judging.Facts.model_json_schema()}}
+
+    def chat(spec, messages, seed, temperature=None, **kw) -> str:
+        resp = client.chat.completions.create(
+            model=spec.model, messages=messages, seed=seed, max_tokens=spec.max_tokens,
+            temperature=spec.temperature if temperature is None else temperature, **kw)
+        return resp.choices[0].message.content or ""
+
+    out = []
+    for probe in probes:
+        secret = ds.secret_by_id[probe.secret_id]
+        owner_name = ds.view.name(probe.owner)
+        assistant = rag.Assistant(ds.view, index, None, probe.owner, probe.prompt, probe.defence, cfg.probing.top_k)
+        revealed = [False] * len(secret.core_components)
+        seed = int(probe.id[:8], 16)
+        history: list[tuple[str, str]] = []
+        for rnd in range(1, cfg.probing.max_rounds + 1):
+            said = probing.clean_prober(chat(prober, prompter._prober_messages(probe, secret, history), seed + rnd))
+            if not said:
+                break
+            conversation = [m for s, h in history for m in ({"role": "user", "content": s},
+                                                             {"role": "assistant", "content": h})]
+            conversation.append({"role": "user", "content": said})
+            docs = assistant.retrieve(probe.audience, conversation, probe.at)
+            reply = chat(target, assistant.messages(probe.audience, conversation, probe.at, docs), seed + 100 + rnd)
+            reply = reply.strip()
+            history.append((said, reply))
+            ask = prompts.render("judging", "facts", owner=owner_name, question=said, reply=reply)
+            text = chat(judge, [{"role": "user", "content": ask}], cfg.seed, 0.0, response_format=facts_format)
+            stated = [f.strip() for f in judging.Facts.model_validate_json(text).facts
+                      if f.strip() and not judging.NEGATION.search(f)]
+            todo = [i for i, done in enumerate(revealed) if not done]
+            if stated and todo:
+                sims = embeddings.embed([secret.core_components[i] for i in todo]) @ embeddings.embed(stated).T
+                for i, row in zip(todo, sims, strict=True):
+                    revealed[i] = bool(row.max() >= cfg.judging.match_threshold)
+            if all(revealed):
+                break
+        out.append(history)
+    client.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, default=Path("outputs/tiny"), help="a finished run (stages 01-03)")
+    ap.add_argument("--params", type=Path, default=Path("params/tiny.yaml"))
+    ap.add_argument("--latency", type=float, default=0.5, help="seconds per request at the server")
+    ap.add_argument("--conversations", type=int, default=64)
+    ap.add_argument("--in-flight", type=int, nargs="+", default=[1, 4, 16, 32])
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="torch's intra-op threads for MiniLM (default: torch's own, one per core)")
+    args = ap.parse_args()
+
+    import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    ds = footprint.load_dataset(args.run)
+    index = rag.Index(args.run)
+    encoder = EncodeTimer()
+    with serve(args.latency, array_items=FACTS_PER_REPLY) as server, tempfile.TemporaryDirectory() as tmp:
+        base = config_for(args.params, server.url, Path(tmp) / "unused.sqlite")
+        probes = repeated_plan(ds, base, args.conversations)
+        for owner in sorted({p.owner for p in probes}):  # load MiniLM and open each collection before timing
+            index.search(owner, "warm up", base.probing.top_k, "none", owner, probes[0].at)
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+              f"torch {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f}")
+        print(f"command: {Path(sys.executable).name} {' '.join(sys.argv)}")
+        print(f"{args.conversations} conversations of up to {base.probing.max_rounds} rounds "
+              f"({len(probing.plan(ds, base))} planned, repeated), 3 calls per round, "
+              f"{args.latency} s per call at the server, max_concurrency 64 per model")
+
+        rows = []
+        encoder.reset()
+        server.reset()
+        t0 = time.perf_counter()
+        sequential = run_sequential(ds, index, base, probes)
+        rows.append(("sequential loop", 1, time.perf_counter() - t0, sum(map(len, sequential)), server.requests,
+                     server.max_in_flight, encoder.seconds, encoder.on_loop))
+        same = True
+        for c in args.in_flight:
+            cfg = config_for(args.params, server.url, Path(tmp) / f"c{c}" / "cache.sqlite")
+            encoder.reset()
+            server.reset()
+            t0 = time.perf_counter()
+            convs = run_pbench(ds, index, cfg, probes, c)
+            rows.append((f"pbench C={c}", c, time.perf_counter() - t0, sum(len(v.turns) for v in convs),
+                         server.requests, server.max_in_flight, encoder.seconds, encoder.on_loop))
+            same &= [[(t.prober, t.reply) for t in v.turns] for v in convs] == sequential
+
+    seq_s = rows[0][2]
+    print(f"\n{'setting':<16} {'seconds':>8} {'conv/min':>9} {'speed-up':>9} {'speed-up/C':>11} {'max in flight':>14} "
+          f"{'turns':>6} {'requests':>9} {'floor s':>8} {'MiniLM busy':>12} {'on loop':>8}")
+    for name, c, secs, turns, requests, peak, encode_s, on_loop in rows:
+        speed = seq_s / secs
+        floor = requests * args.latency / min(c, args.conversations)
+        print(f"{name:<16} {secs:>8.1f} {60 * args.conversations / secs:>9.1f} {speed:>9.2f} {speed / c:>11.2f} "
+              f"{peak:>14} {turns:>6} {requests:>9} {floor:>8.1f} {encode_s / secs:>11.0%} {on_loop / secs:>8.0%}")
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+    print(f"transcripts identical to the sequential loop's in every setting: {'yes' if same else 'NO'}")
+    print(f"{'C':>3} {'speed-up/C':>11}  target >= 0.8 x C up to C = 16")
+    for name, c, secs, *_ in rows[1:]:
+        if c <= 16:
+            ratio = seq_s / secs / c
+            print(f"{c:>3} {ratio:>11.2f}  {'met' if ratio >= 0.8 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

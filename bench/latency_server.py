@@ -1,0 +1,251 @@
+"""A local OpenAI-compatible chat-completions server that answers after a fixed latency, as a
+hosted API would: for measuring pbench's concurrency and overhead without a model.
+
+    python bench/latency_server.py --latency 0.5 --port 8765 [--require-key KEY]
+
+Free-text requests get a short sentence that varies with the request (its last message and
+seed); requests with a ``json_schema`` response format get a minimal instance of the schema.
+Each request sleeps in its own thread, so requests overlap as they would against a hosted
+API. The server counts the requests it answered, those it refused for a wrong or missing
+key, and the most it had in flight at once. The server is stdlib only; ``config_for`` binds a
+parameter file's roles to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+SUBJECTS = ("the garden party", "last week's match", "the new job", "the trip to the coast", "the book club",
+            "the flat upstairs", "the bakery on the corner", "the weekend plans")
+VERBS = ("came up again", "went better than expected", "is still on my mind", "was a lot of fun",
+         "needs a bit more thought", "turned out fine")
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def sentence(digest: bytes) -> str:
+    """A plain sentence picked by ``digest`` (so replies vary with the request; 8,064 of them)."""
+    return (f"I was just thinking that {SUBJECTS[digest[0] % len(SUBJECTS)]} {VERBS[digest[1] % len(VERBS)]}, "
+            f"shall we talk it over on {DAYS[digest[2] % len(DAYS)]} at {digest[3] % 12 + 1}?")
+
+
+def instance(schema: dict[str, Any], root: dict[str, Any] | None = None, array_items: int = 0,
+             tag: str = "x") -> Any:
+    """A minimal value valid against a JSON schema (the subset pydantic emits).
+
+    Args:
+        schema: the (sub)schema.
+        root: the whole schema, where ``$ref`` pointers are resolved (default: ``schema``).
+        array_items: items per array beyond ``minItems`` (within ``maxItems``); 0 gives the minimum.
+        tag: text that makes generated strings differ between requests.
+    """
+    root = schema if root is None else root
+    if "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            node = node[part]
+        return instance(node, root, array_items, tag)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            return instance(schema[key][0], root, array_items, tag)
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {k: instance(props.get(k, {}), root, array_items, tag) for k in schema.get("required", [])}
+    if kind == "array":
+        n = max(schema.get("minItems", 0), array_items)
+        n = min(n, schema.get("maxItems", n))
+        return [instance(schema.get("items", {}), root, array_items, f"{tag}{i + 1}") for i in range(n)]
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
+        value = max(0, low) if "maximum" not in schema else min(max(0, low), schema["maximum"])
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return False
+    if kind == "string":
+        text = f"item {tag}".ljust(schema.get("minLength", 0), ".")
+        return text[: schema.get("maxLength", len(text))]
+    return None
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class LatencyServer(ThreadingHTTPServer):
+    """The server and its counters (read them after the requests have finished).
+
+    Args:
+        address: (host, port); port 0 picks a free one.
+        latency_s: seconds each request waits before its reply.
+        require_key: answer only requests carrying ``Authorization: Bearer <require_key>``
+            (the others get 401 and are counted in ``rejected``); None accepts any.
+        array_items: items per JSON array beyond the schema's minimum (see ``instance``).
+    """
+
+    daemon_threads = True
+    request_queue_size = 256  # the default 5 drops connections when many clients open at once
+
+    def __init__(self, address: tuple[str, int], latency_s: float, require_key: str | None = None,
+                 array_items: int = 0) -> None:
+        super().__init__(address, _Handler)
+        self.latency_s = latency_s
+        self.require_key = require_key
+        self.array_items = array_items
+        self.requests = 0  # answered
+        self.rejected = 0  # refused for a wrong or missing key
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The base URL an OpenAI client takes (ends in ``/v1``)."""
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def reset(self) -> None:
+        """Zero the counters (between two measured settings)."""
+        with self._lock:
+            self.requests = self.rejected = self.max_in_flight = 0
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The chat-completion body for ``request`` (after waiting ``latency_s``)."""
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.latency_s)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.requests += 1
+        messages = request.get("messages", [])
+        last = messages[-1].get("content", "") if messages else ""
+        digest = hashlib.sha256(f"{request.get('seed')}|{last}".encode()).digest()
+        fmt = request.get("response_format") or {}
+        if fmt.get("type") == "json_schema":
+            text = json.dumps(instance(fmt["json_schema"]["schema"], array_items=self.array_items, tag=digest.hex()[:6]))
+        else:
+            text = sentence(digest)
+        prompt_tokens = sum(_words(str(m.get("content", ""))) for m in messages)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "latency-server"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+                         "logprobs": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": _words(text),
+                      "total_tokens": prompt_tokens + _words(text)},
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the OpenAI client expects
+    disable_nagle_algorithm = True  # else the body waits ~40 ms for the client's delayed ACK of the headers
+    server: LatencyServer
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server name
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+            return
+        key = self.server.require_key
+        if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
+            with self.server._lock:
+                self.server.rejected += 1
+            self._send(401, {"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
+                                       "code": "invalid_api_key"}})
+            return
+        try:
+            request = json.loads(body)
+        except json.JSONDecodeError as exc:
+            self._send(400, {"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request_error"}})
+            return
+        self._send(200, self.server.reply(request))
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
+        pass  # one line per request would drown the benchmarks' output
+
+
+@contextlib.contextmanager
+def serve(latency_s: float = 0.5, port: int = 0, require_key: str | None = None,
+          array_items: int = 0) -> Iterator[LatencyServer]:
+    """Run a ``LatencyServer`` on 127.0.0.1 in a daemon thread; yields it (``server.url`` is
+    the base URL ending in ``/v1``) and shuts it down on exit."""
+    server = LatencyServer(("127.0.0.1", port), latency_s, require_key, array_items)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="latency-server", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def config_for(params: str | Path, url: str, cache_path: str | Path, max_concurrency: int = 64,
+               conversations_in_flight: int | None = None):
+    """A parameter file's RunConfig with every role bound to the server at ``url``.
+
+    Args:
+        params: the YAML parameter file.
+        url: the server's base URL.
+        cache_path: the response cache (give an empty one to make every call reach the server).
+        max_concurrency: requests in flight per model.
+        conversations_in_flight: overrides ``probing.conversations_in_flight`` when given.
+    """
+    from pbench import config
+
+    data = config.load(params).dump()  # loaded first, so relative input paths are resolved
+    spec = {"provider": "openai", "model": "latency-server", "base_url": url, "max_concurrency": max_concurrency}
+    data["models"] = {"generator": spec, "assistant": [spec], "prober": spec, "judge": [spec]}
+    data["llm"] = {"cache": True, "cache_path": str(cache_path)}
+    if conversations_in_flight is not None:
+        data["probing"]["conversations_in_flight"] = conversations_in_flight
+    return config.parse(data, source=f"{params} (roles bound to {url})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency", type=float, default=0.5, help="seconds per request")
+    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--require-key", default=None, help="refuse requests without this bearer key (401)")
+    ap.add_argument("--array-items", type=int, default=0, help="items per JSON array beyond the schema's minimum")
+    args = ap.parse_args()
+    with serve(args.latency, args.port, args.require_key, args.array_items) as server:
+        print(f"serving {server.url}/chat/completions with {args.latency} s latency; Ctrl-C stops", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print(f"\n{server.requests} requests answered, {server.rejected} refused, "
+                  f"at most {server.max_in_flight} in flight")
+
+
+if __name__ == "__main__":
+    main()
