@@ -1,23 +1,74 @@
 """The real thing: every stage's notebook on params/tiny.yaml with the embedded model, through
-the runner, as `make demo` runs it; then a rerun that must skip every stage with no model call."""
+the runner, as `make demo` runs it; then a rerun that must skip every stage with no model call.
 
+The prober reaches the same model through an OpenAI-compatible endpoint that demands an API
+key, so the run also shows that a key taken from the environment is written nowhere."""
+
+import contextlib
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pandas as pd
 import pytest
 import yaml
 
-from pbench import footprint as fp, probing as pr, run, social_graph as sg
+from pbench import config, embedded, footprint as fp, llm, probing as pr, run, social_graph as sg
+
+CANARY = "sk-canary-5f1c0e7d9b2a4c3e8d6f"
+
+
+@contextlib.contextmanager
+def key_checking_proxy(upstream: str, key: str):
+    """An endpoint on 127.0.0.1 that refuses requests without ``Bearer key`` and forwards the
+    rest to ``upstream``; yields its base URL and the count of requests with and without the key."""
+    seen = {"with_key": 0, "without": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.headers.get("Authorization") != f"Bearer {key}":
+                seen["without"] += 1
+                self.send_response(401)
+                self.end_headers()
+                return
+            seen["with_key"] += 1
+            r = httpx.post(upstream + self.path, content=body, headers={"Content-Type": "application/json"},
+                           timeout=600)
+            self.send_response(r.status_code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(r.content)))
+            self.end_headers()
+            self.wfile.write(r.content)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.slow
-def test_tiny_pipeline_end_to_end(tmp_path):
+def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     data = yaml.safe_load(open(run.repo_root() / "params" / "tiny.yaml"))
     data["outputs_dir"] = str(tmp_path)
-    params = tmp_path / "tiny.yaml"
-    params.write_text(yaml.safe_dump(data))
-    results = run.run(params, progress=False)
+    local = data["models"]["prober"]
+    upstream, _ = llm.SERVERS.url(config.ModelSpec(**local))
+    monkeypatch.setenv("PBENCH_CANARY_KEY", CANARY)
+    with key_checking_proxy(upstream, CANARY) as (url, seen):
+        data["models"]["prober"] = {**{k: v for k, v in local.items() if k != "provider"}, "provider": "openai",
+                                    "base_url": url, "api_key_env": "PBENCH_CANARY_KEY", "max_concurrency": 2}
+        params = tmp_path / "tiny.yaml"
+        params.write_text(yaml.safe_dump(data))
+        results = run.run(params, progress=False)
     assert [r.status for r in results] == ["ran"] * len(run.STAGES)
+    assert seen["with_key"] > 0 and seen["without"] == 0
+    _nothing_holds(CANARY, tmp_path, capfd)
     out = tmp_path / "tiny"
 
     # 01: a community that passes every check.
@@ -38,7 +89,7 @@ def test_tiny_pipeline_end_to_end(tmp_path):
 
     # 03: an index per user, the tagger's verdicts, and a real assistant turn in the notebook.
     index = json.loads((out / "index.json").read_text())
-    assert index["users"] == 5 and index["tagged"] == len(ds.documents)
+    assert index["users"] == 5 and index["tagged"] == 0  # tiny has no sensitivity_filter: nothing to tag
 
     # 04: every planned conversation finished whole (or was counted as an error), and each turn
     # was judged by the panel, every judge's vote kept.
@@ -78,3 +129,15 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     forced = run.run(params, stages=["02"], force=True, progress=False)
     calls = sum(u["calls"] for m in forced[0].usage.values() for u in m.values())
     assert calls == 0
+
+
+def _nothing_holds(secret: str, root, capfd) -> None:
+    """No file under ``root`` (outputs, executed notebooks, manifest, logs, response cache), no
+    file of the model cache and nothing printed contains ``secret``."""
+    needle = secret.encode()
+    files = [p for p in root.rglob("*") if p.is_file()]
+    files += [p for p in embedded.cache_dir().glob("*") if p.is_file() and p.stat().st_size < 10_000_000]
+    holding = [str(p) for p in files if needle in p.read_bytes()]
+    assert not holding, f"the API key was written to {holding}"
+    out, err = capfd.readouterr()
+    assert secret not in out and secret not in err
