@@ -46,9 +46,16 @@ browser:
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
 
+# Every benchmark, each printing its figures (about 40 minutes on 2 cores, the tiny run included).
 bench: install models
 	$(BIN)/python bench/llm_throughput.py
 	$(BIN)/python bench/retrieval.py
+	$(BIN)/pbench run $(PARAMS) --quiet
+	$(BIN)/python bench/overhead.py --torch-threads 1
+	$(BIN)/python bench/concurrency.py --torch-threads 1
+	$(BIN)/python bench/generation_cost.py --params $(PARAMS)
+	$(BIN)/python bench/rerun_cost.py --params $(PARAMS)
+	$(BIN)/python -m bench.kill_stress --points 10
 
 clean-venv:
 	rm -rf $(VENV)
