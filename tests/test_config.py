@@ -131,6 +131,12 @@ BAD_INPUT = {  # case: (overrides, what the one-line error must name)
     "threshold above 1": ({"judging.match_threshold": 1.5}, "judging.match_threshold"),
     "missing personas file": ({"community.personas_path": "no/such/personas.jsonl"}, "personas_path: no such file"),
     "missing dev set": ({"validation.dev_set": "no/such/dev.jsonl"}, "dev_set: no such file"),
+    "fault rate above 1": ({"llm.faults": {"rate": 1.3}}, "llm.faults.rate"),
+    "unknown fault kind": ({"llm.faults": {"rate": 0.3, "kinds": ["gremlins"]}}, "llm.faults.kinds.0"),
+    "checksum on an embedded model": ({"models.prober": {"provider": "local", "model": "qwen2.5-0.5b",
+                                                         "sha256": "0" * 64}}, "models.prober"),
+    "missing model file": ({"models.prober": {"provider": "local", "model": "no/such/model.gguf"}},
+                           "does not exist"),
     "missing API key variable name": ({"models.prober": {"provider": "openai", "model": "m", "api_key_env": ""}},
                                       "models.prober"),
 }
