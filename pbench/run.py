@@ -38,12 +38,15 @@ class Stage:
         outputs: files (relative to the run folder) that a finished stage has written.
         partial: files or folders an unfinished attempt leaves to resume from; valid only for
             the same fingerprint.
+        reports: outputs that describe the attempt (timings, what was resumed) rather than data
+            later stages read: checked for damage, but their bytes do not make later stages rerun.
     """
 
     name: str
     reads: tuple[str, ...]
     outputs: tuple[str, ...] = ()
     partial: tuple[str, ...] = ()  # what an interrupted attempt leaves for the next to resume from
+    reports: tuple[str, ...] = ()  # outputs describing the attempt (timings, resumed counts), not data
 
 
 # Later issues add their stages here, in order.
@@ -51,13 +54,16 @@ STAGES: tuple[Stage, ...] = (
     Stage("01_social_graph", reads=("seed", "period", "community", "models.generator"),
           outputs=("community.json", "community.graphml")),
     Stage("02_footprint", reads=("seed", "footprint", "models.generator"),
-          outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md"), partial=("footprint",)),
+          outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md"), partial=("footprint",),
+          reports=("footprint.json", "DATASHEET.md")),
     Stage("03_rag_assistant", reads=("probing.defences", "models.tagger", "models.assistant"),
-          outputs=("index.json", "index")),
+          outputs=("index.json", "index"), reports=("index.json",)),
     Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant", "models.judge", "judging"),
-          outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",)),
+          outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",),
+          reports=("probing.json",)),
     Stage("05_judging", reads=("seed", "models.judge", "judging"),
-          outputs=("judgements.jsonl", "metrics.csv", "judging.json"), partial=("judgements.jsonl",)),
+          outputs=("judgements.jsonl", "metrics.csv", "judging.json"), partial=("judgements.jsonl",),
+          reports=("judging.json",)),
     Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "tables", "figures")),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
@@ -240,12 +246,12 @@ def run(
                 what = f"its {', '.join(damaged)} is missing or changed since it finished" if done else "it has not finished"
                 raise StageFailed(f"stage {st.name} is needed by the stages asked for, but {what}; rerun it: "
                                   f"pbench run {params_path.name} --stages {st.name.split('_', 1)[0]}")
-            upstream.append(f"{fp}:{_digest_of(done)}")
+            upstream.append(f"{fp}:{_digest_of(st, done)}")
             continue
         unfinished = done.get("metrics", {}).get("incomplete", 0)
         if not force and done.get("fingerprint") == fp and not damaged and not unfinished:
             results.append(StageResult(st.name, "skipped", 0.0, done.get("usage", {})))
-            upstream.append(f"{fp}:{_digest_of(done)}")
+            upstream.append(f"{fp}:{_digest_of(st, done)}")
             continue
         if done and damaged and not force:
             print(f"{st.name}: {', '.join(damaged)} missing or changed since the stage finished; running it again")
@@ -272,7 +278,7 @@ def run(
         done = {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics,
                 "outputs": output_digests(run_dir, st)}
         store.write_json(marker, done)
-        upstream.append(f"{fp}:{_digest_of(done)}")
+        upstream.append(f"{fp}:{_digest_of(st, done)}")
         entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
         store.update_json(manifest, {"stages": {st.name: entry}})
         results.append(StageResult(st.name, "ran", seconds, usage))
@@ -306,10 +312,11 @@ def damaged_outputs(run_dir: Path, st: Stage, marker: dict[str, Any]) -> list[st
     return missing + [o for o, h in recorded.items() if o not in missing and now.get(o) != h]
 
 
-def _digest_of(marker: dict[str, Any]) -> str:
-    # What later stages depend on: the bytes this stage wrote, so that a stage rerun which
-    # changes them reruns the stages after it.
-    return hashlib.sha256(json.dumps(marker.get("outputs", {}), sort_keys=True).encode()).hexdigest()[:16]
+def _digest_of(st: Stage, marker: dict[str, Any]) -> str:
+    # What later stages depend on: the data this stage wrote, so that a stage rerun which
+    # changes it reruns the stages after it (a report's timings do not).
+    data = {k: v for k, v in marker.get("outputs", {}).items() if k not in st.reports}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _print_headline(run_dir: Path) -> None:

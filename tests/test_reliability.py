@@ -176,3 +176,19 @@ def test_a_model_file_failing_its_checksum_stops_before_anything_runs(tmp_path, 
     assert cli.main(["run", str(params(good)), "--quiet"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert store.read_json(run_dir / "manifest.json") == {}
+
+
+def test_a_rerun_that_only_changes_a_report_leaves_later_stages_alone(project):  # noqa: F811
+    """Timings and resume counts in a stage's report differ run to run; later stages rerun only
+    when the data they read changes."""
+    tmp_path, nbs, params, _ = project
+    _notebook(nbs / "01_one.ipynb", 'import time\nctx.path("one.txt").write_text(str(ctx.cfg.seed))\n'
+                                    'ctx.path("report.txt").write_text(str(time.time()))')
+    stages = (run.Stage("01_one", reads=("seed",), outputs=("one.txt", "report.txt"), reports=("report.txt",)),
+              run.Stage("02_two", reads=("probing",), outputs=("two.txt",)))
+    go = lambda **kw: run.run(params, notebooks_dir=nbs, all_stages=stages, progress=False, **kw)  # noqa: E731
+    go()
+    assert [r.status for r in go(stages=["01"], force=True)] == ["ran"]
+    assert [r.status for r in go()] == ["skipped", "skipped"]
+    (tmp_path / "out" / "t" / "one.txt").write_text("other data")
+    assert [r.status for r in go()] == ["ran", "skipped"]  # rewritten with the same bytes as before
