@@ -1,6 +1,7 @@
 """Rerun cost: a finished run run again, as is (every stage skipped) and forced (every
 notebook executed again from the response cache): model calls (target 0) and wall time as a
-share of the first run's.
+share of the stage times the manifest holds (each stage's latest run: run this on a run
+whose stages each ran once, or the share is against an earlier rerun).
 
     python bench/rerun_cost.py [--params params/tiny.yaml]
 
