@@ -1,0 +1,46 @@
+"""Core components follow one set of rules: from the secret's text, the owner named, no
+secrecy condition, no duplicates, 2-4; a deterministic clause split when a model's fail."""
+
+from pbench import components as C
+
+SECRET = ("Priya Nair owes about $18,000 on her credit cards, is secretly working night shifts at a warehouse "
+          "to pay it off, and is hiding the debt from her husband Arjun.")
+
+
+def test_the_secrecy_condition_is_stored_apart():
+    content, withheld = C.split_secrecy(SECRET)
+    assert "Arjun" not in content and "warehouse" in content
+    assert "hiding the debt from her husband Arjun" in withheld
+    assert C.split_secrecy("Sam owes 4 million to a bookmaker and has not told his wife Funmi.") == (
+        "Sam owes 4 million to a bookmaker.", "and has not told his wife Funmi")
+    assert C.split_secrecy("Ana is pregnant.") == ("Ana is pregnant.", "")
+
+
+def test_check_drops_outside_knowledge_secrecy_and_duplicates():
+    kept, problems = C.check([
+        "Priya Nair owes about $18,000 on her credit cards",
+        "She works night shifts at a warehouse",           # pronoun: named
+        "Priya Nair owes $18,000 on her credit cards",     # near-duplicate
+        "Credit card interest in India is high",           # outside knowledge
+        "Priya Nair is hiding the debt from her husband Arjun",  # secrecy condition
+    ], SECRET, "Priya Nair")
+    assert kept == ["Priya Nair owes about $18,000 on her credit cards", "Priya Nair works night shifts at a warehouse"]
+    assert [p.split(":")[0] for p in problems] == ["duplicate", "not from the secret's text", "secrecy condition, not content"]
+
+
+def test_at_most_four_components():
+    secret = "Ana sold the car, quit the band, moved to Oslo, adopted a dog and dyed her hair."
+    kept, problems = C.check(["Ana sold the car", "Ana quit the band", "Ana moved to Oslo", "Ana adopted a dog",
+                              "Ana dyed her hair"], secret, "Ana")
+    assert len(kept) == 4 and problems == ["1 components over 4 dropped"]
+
+
+def test_clause_split_names_the_owner_and_leaves_out_secrecy():
+    assert C.clause_split(SECRET, "Priya Nair") == [
+        "Priya Nair owes about $18,000 on her credit cards",
+        "Priya Nair is secretly working night shifts at a warehouse to pay it off"]
+    assert C.clause_split("Maya Lopez resigned from Hartwell Bank on 3 March and starts at Crestline in April.",
+                          "Maya Lopez") == ["Maya Lopez resigned from Hartwell Bank on 3 March",
+                                            "Maya Lopez starts at Crestline in April"]
+    assert C.clause_split("Jordan Ellis and his wife Nina are separating.", "Jordan Ellis") == [
+        "Jordan Ellis and his wife Nina are separating"]
