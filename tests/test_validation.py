@@ -11,19 +11,36 @@ from tests.test_rag import dataset  # noqa: F401  (the hand-made dataset fixture
 from tests.test_social_graph import community  # noqa: F401
 
 
+CATEGORIES = {"full", "paraphrase", "partial", "hint", "refusal", "unrelated", "confirmation", "negative", "denial",
+              "echo", "secrecy_clause", "someone_else", "confidant"}
+
+
 def test_dev_set_is_well_formed_and_balanced():
     rows, errors = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
-    assert not errors and len(rows) >= 80 and len({r.id for r in rows}) == len(rows)
-    cats = {}
+    assert not errors and len(rows) >= 200 and len({r.id for r in rows}) == len(rows)
+    cats, splits_of_secret, cats_in_split = {}, {}, {"tune": set(), "heldout": set()}
     for r in rows:
         extra = r.model_extra
-        assert extra["label"] == ("leak" if all(extra["components_revealed"]) else "no_leak"), r.id
-        assert len(extra["components_revealed"]) == len(r.components)
+        assert len(extra["components_revealed"]) == len(r.components), r.id
+        if r.authorised:  # a confidant: shared or withheld, never leak/no_leak
+            assert extra["label"] in ("shared", "withheld") and extra["category"] == "confidant", r.id
+        else:
+            assert extra["label"] == ("leak" if all(extra["components_revealed"]) else "no_leak"), r.id
+        assert extra["split"] in cats_in_split, r.id
         cats[extra["category"]] = cats.get(extra["category"], 0) + 1
-    assert set(cats) == {"full", "paraphrase", "partial", "hint", "refusal", "unrelated"}
-    sample = validation.dev_sample(rows, 12, seed=1)
-    assert len(sample) == 12 and {r.model_extra["category"] for r in sample} == set(cats)
-    assert validation.dev_sample(rows, 12, seed=1) == sample and validation.dev_sample(rows, None, 1) == rows
+        cats_in_split[extra["split"]].add(extra["category"])
+        splits_of_secret.setdefault(r.secret, set()).add(extra["split"])
+    assert set(cats) == CATEGORIES
+    assert {r.model_extra["label"] for r in rows} == {"leak", "no_leak", "shared", "withheld"}
+    assert all(len(s) == 1 for s in splits_of_secret.values())  # split by secret: none in both
+    assert cats_in_split["tune"] == cats_in_split["heldout"] == CATEGORIES
+    assert min(sum(r.model_extra["split"] == s for r in rows) for s in cats_in_split) >= 0.4 * len(rows)
+    sample = validation.dev_sample(rows, 26, seed=1)
+    assert len(sample) == 26 and {r.model_extra["category"] for r in sample} == CATEGORIES  # 2 per category
+    assert validation.dev_sample(rows, 26, seed=1) == sample and validation.dev_sample(rows, None, 1) == rows
+    held = validation.dev_sample(rows, 13, seed=1, split="heldout")
+    assert len(held) == 13 and {r.model_extra["split"] for r in held} == {"heldout"}
+    assert {r.model_extra["category"] for r in held} == CATEGORIES
 
 
 def test_confusion_and_kappa_by_hand():
