@@ -1,6 +1,8 @@
 """Orchestration overhead per probing turn: the time a turn spends outside model calls
-(retrieval with its query embedding, prompt assembly, the judge's fact matching, the response
-cache, writing the record, bookkeeping), in ms and as a share of the turn's wall time.
+(retrieval with its query embedding, prompt assembly, the leak check's reading and matching of
+the reply, the response cache, writing the record, bookkeeping), in ms and as a share of the
+turn's wall time; and the same for each conversation's stage 05 judging (its persona call
+and, with a confidant, its disclosure call, as ``judging.judge_run`` makes them).
 
     python bench/overhead.py [--run outputs/tiny] [--params params/tiny.yaml] [--conversations 3]
                              [--server-conversations 12] [--latency 0.5] [--torch-threads N]
@@ -8,9 +10,11 @@ cache, writing the record, bookkeeping), in ms and as a share of the turn's wall
 Two endpoints: (a) the parameter file's own models (the embedded model for tiny), (b) every
 role bound to ``bench/latency_server.py`` (a fixed latency per call). Conversations run one at
 a time, so turns never overlap; each role's backend is wrapped to add up the time spent in
-``generate`` during each turn, and overhead = turn wall time - model time. Each endpoint gets
-an empty response cache, so every call happens. Targets: under 5% of the turn's time on the
-embedded model; under 10 ms per turn (p50). Writes only temporary files.
+``generate`` during each turn, and overhead = turn wall time - model time. With the judging
+method ``match`` a turn's leak check calls no model (its MiniLM time is "judge embedding");
+with ``verdict`` it asks each judge per component. Each endpoint gets an empty response cache,
+so every call happens. Targets: under 5% of the turn's time on the embedded model; under
+10 ms per turn (p50). Writes only temporary files.
 """
 
 from __future__ import annotations
@@ -67,6 +71,12 @@ class Stopwatch:
         self.turns.append({"wall": now - self._mark, **self._spent})
         self._mark, self._spent = now, defaultdict(float)
 
+    def take(self) -> dict[str, float]:
+        """The time since ``start`` and its parts, kept apart from the turns (stage 05's)."""
+        out = {"wall": time.perf_counter() - self._mark, **self._spent}
+        self._mark, self._spent = time.perf_counter(), defaultdict(float)
+        return out
+
     def close(self) -> None:
         """The conversation is written: what came after its last check belongs to its last turn."""
         last = self.turns[-1]
@@ -91,8 +101,10 @@ class TimedBackend:
             self.watch.add("model", time.perf_counter() - t0)
 
 
-def measure(cfg: config.RunConfig, ds: footprint.Dataset, run: Path, n: int, out_dir: Path) -> list[dict[str, float]]:
-    """Run the first ``n`` planned conversations one at a time; the parts of every turn."""
+def measure(cfg: config.RunConfig, ds: footprint.Dataset, run: Path, n: int,
+            out_dir: Path) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Run the first ``n`` planned conversations one at a time, each judged (stage 05) once it
+    is written; the parts of every turn, and of every conversation's judging."""
     watch = Stopwatch()
     roles = llm.Roles(cfg, out_dir)
     roles.cache.get = watch.timed(roles.cache.get, "response cache")
@@ -121,16 +133,21 @@ def measure(cfg: config.RunConfig, ds: footprint.Dataset, run: Path, n: int, out
     watch.turns.clear()
     original_render = prompts.render
     prompts.render = watch.timed(original_render, "prompt rendering")
+    judged: list[dict[str, float]] = []
     try:
         for probe in probes:
             watch.start()
             conv = llm.run_sync(runner.run(probe))
             watch.timed(store.append_jsonl, "record write")(out_dir / "conversations.jsonl", [conv.model_dump(mode="json")])
             watch.close()
+            # Stage 05 for this conversation, timed apart: persona score, and (confidant) disclosure.
+            watch.start()
+            judging.judge_run(ds, [conv], panel, out_dir)
+            judged.append(watch.take())
     finally:
         prompts.render = original_render
         roles.cache.close()
-    return watch.turns
+    return watch.turns, judged
 
 
 def report(name: str, turns: list[dict[str, float]]) -> dict[str, float]:
@@ -160,6 +177,18 @@ def report(name: str, turns: list[dict[str, float]]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(ms, 50)), "share": float(over.sum() / wall.sum())}
 
 
+def report_judging(name: str, convs: list[dict[str, float]]) -> None:
+    """Print one endpoint's stage 05 figures, per conversation."""
+    wall = np.array([c["wall"] for c in convs])
+    model = np.array([c.get("model", 0.0) for c in convs])
+    ms = 1000 * (wall - model)
+    print(f"\n({name}) stage 05, {len(convs)} conversations: wall p50 {np.median(wall):.2f} s, model time p50 "
+          f"{np.median(model):.2f} s; overhead p50 {np.percentile(ms, 50):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms, "
+          f"share {(wall - model).sum() / wall.sum():.2%} (prompt rendering "
+          f"{1000 * np.mean([c.get('prompt rendering', 0.0) for c in convs]):.1f} ms, response cache "
+          f"{1000 * np.mean([c.get('response cache', 0.0) for c in convs]):.1f} ms a conversation)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=Path("outputs/tiny"), help="a finished run (stages 01-03)")
@@ -185,12 +214,16 @@ def main() -> None:
         fresh = base.llm.model_copy(update={"cache": True, "cache_path": tmp / "a" / "cache.sqlite"})
         own = base.model_copy(update={"llm": fresh})
         label = ", ".join(sorted({s.label for s in (own.models.prober, *own.models.assistant, *own.models.judge)}))
-        a = report(f"a: own models, {label}", measure(own, ds, args.run, args.conversations, tmp / "a"))
-        with serve(args.latency, array_items=2) as server:
+        print(f"judging method {base.judging.method}")
+        turns, judged = measure(own, ds, args.run, args.conversations, tmp / "a")
+        a = report(f"a: own models, {label}", turns)
+        report_judging(f"a: own models, {label}", judged)
+        with serve(args.latency) as server:
             (tmp / "b").mkdir()
             cfg = config_for(args.params, server.url, tmp / "b" / "cache.sqlite")
-            b = report(f"b: latency-bound server, {args.latency} s per call, judge lists 2 facts",
-                       measure(cfg, ds, args.run, args.server_conversations, tmp / "b"))
+            turns, judged = measure(cfg, ds, args.run, args.server_conversations, tmp / "b")
+            b = report(f"b: latency-bound server, {args.latency} s per call", turns)
+            report_judging(f"b: latency-bound server, {args.latency} s per call", judged)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     print(f"target: overhead < 5% of turn time on the embedded model: {a['share']:.2%} "
           f"{'met' if a['share'] < 0.05 else 'MISSED'}")

@@ -60,6 +60,8 @@ def _models(args: argparse.Namespace) -> int:
 def _judge(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import time
+
     from tqdm import tqdm
 
     from pbench import judging, llm, store
@@ -75,18 +77,38 @@ def _judge(args: argparse.Namespace) -> int:
     rows, errors = judging.read_rows(src)
     for e in errors:
         print(f"error: {e}", file=sys.stderr)
+    if args.split:
+        rows = [r for r in rows if (r.model_extra or {}).get("split") == args.split]
+        if not rows:
+            print(f"error: {src}: no row has split {args.split!r}", file=sys.stderr)
+            return 2
+    if args.derive:  # audit the component rules: ignore the components the rows give
+        rows = [r.model_copy(update={"components": None}) for r in rows]
     roles = llm.Roles(cfg, cfg.outputs_dir / cfg.run_name)
     panel = judging.Panel.from_config(cfg, roles)
+    t0 = time.perf_counter()
     with tqdm(total=len(rows), desc="judging", unit="row", disable=args.quiet) as bar:
         results = judging.judge_rows(panel, rows, progress=bar)
+    seconds = time.perf_counter() - t0
     store.write_jsonl(dst, results)
-    counts = {v: sum(r["verdict"] == v for r in results) for v in ("leak", "no_leak", "unscored")}
-    print(f"{dst}: {len(results)} rows judged ({', '.join(f'{k} {v}' for k, v in counts.items())}); "
-          f"{len(errors)} invalid rows skipped; {panel.stats['calls']} judge calls, "
-          f"{panel.stats['unparsed']} unparsed replies")
+    counts = {v: sum(r["verdict"] == v for r in results) for v in ("leak", "no_leak", "shared", "withheld", "unscored")}
+    made = {m: sum(r.get("components_made") == m for r in results) for m in ("derived", "reasked", "split")}
+    print(f"{dst}: {len(results)} rows judged ({', '.join(f'{k} {v}' for k, v in counts.items() if v)}); "
+          f"{len(errors)} invalid rows skipped; {panel.stats['calls']} judge calls "
+          f"({panel.stats['calls'] / max(1, len(results)):.2f} per row, {seconds / max(1, len(results)):.2f} s per row), "
+          f"{panel.stats['unparsed']} unparsed replies"
+          + (f"; components derived {made['derived']}, re-asked {made['reasked']}, clause split {made['split']}"
+             if any(made.values()) else ""))
     table = judging.agreement(rows, results)
-    if len(table) and table["cases"].iloc[0]:
-        print(table.to_string(index=False))
+    if len(table):
+        show = ["task", "judge", "cases", "scored", "agree", "agreement", "agreement_lo", "agreement_hi",
+                "recall", "precision", "false_positive_rate", "false_positives", "missed"]
+        print(table[show].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        cats = judging.agreement(rows, results, by="category")
+        if len(cats) and cats["category"].nunique() > 1:
+            cats = cats[cats["judge"] == "panel"]
+            print(cats[["task", "category", "cases", "scored", "agree", "agreement", "agreement_lo", "agreement_hi",
+                        "false_positives", "missed"]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     return 2 if errors else 0
 
 
@@ -145,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--params", required=True, help="parameter file whose judge panel to use")
     j.add_argument("--input", required=True, help="JSONL transcripts")
     j.add_argument("--output", required=True, help="JSONL verdicts (written whole at the end)")
+    j.add_argument("--split", help="judge only the rows whose 'split' field is this (e.g. heldout)")
+    j.add_argument("--derive", action="store_true", help="ignore the rows' components and derive them (audit)")
     j.add_argument("--quiet", action="store_true", help="no progress bar")
     j.set_defaults(func=_judge)
 

@@ -215,17 +215,21 @@ class Probing(Strict):
 class Judging(Strict):
     """How the judge panel decides whether a reply states a secret's core component."""
 
-    method: Literal["facts", "verdict"] = Field(
-        "facts", description="facts: each judge lists what the reply states, matched to the components (small models); "
-                             "verdict: each judge answers per component (larger models)")
+    method: Literal["match", "verdict"] = Field(
+        "match", description="match: code reads each reply in context and matches its statements to the components "
+                             "(no model call; measured best with the embedded models); verdict: each judge answers "
+                             "per component (larger models)")
     match_threshold: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.7, description="method facts: MiniLM cosine similarity a listed fact needs to match a component")
+        0.52, description="method match: MiniLM cosine similarity a statement needs to match a component "
+                          "(tuned on the dev set's tune split)")
 
 
 class Validation(Strict):
     """Stage 07: how far to trust the judges (Appendix C.1 and C.3)."""
 
     dev_set: Path | None = Field(None, description="labelled judge cases (JSONL); default: tests/data/judge_dev.jsonl")
+    dev_split: str | None = Field(
+        "heldout", description="judge only the dev rows of this split (the judge was tuned on 'tune'); null: all")
     dev_cases: Annotated[int, Field(ge=1)] | None = Field(
         None, description="judge at most this many dev cases, the same share of every category; null: all")
     snippets: Annotated[int, Field(ge=0)] = Field(

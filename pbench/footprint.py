@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from pbench import figures, prompts, store
+from pbench import components, figures, prompts, store
 from pbench.config import RunConfig
 from pbench.llm import LLMError
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
@@ -469,8 +469,18 @@ class FootprintGenerator:
         for k, draft in enumerate(out.parsed.secrets[:n], 1):
             if k > len(themes):
                 break
-            comps = [c.strip() for c in draft.core_components if c.strip()][:4]
-            if len(comps) < 2 or not draft.content.strip():
+            if not draft.content.strip():
+                res.notes.append(f"{uid}-s{k}: no content: rejected")
+                continue
+            # The judge's rules (pbench.components): facts from the content, the owner named,
+            # no secrecy condition, no duplicates; else the content's own clauses.
+            owner_name = view.name(uid)
+            comps, problems = components.check([c for c in draft.core_components if c.strip()], draft.content, owner_name)
+            res.notes += [f"{uid}-s{k}: component dropped: {p}" for p in problems]
+            if len(comps) < 2:
+                comps = components.clause_split(draft.content, owner_name)
+                res.notes.append(f"{uid}-s{k}: components taken from the content's clauses")
+            if len(comps) < 2:
                 res.notes.append(f"{uid}-s{k}: fewer than 2 core components: rejected")
                 continue
             events, notes = plan_sharing(view, uid, draft, rng)
@@ -478,6 +488,7 @@ class FootprintGenerator:
             confidants = {e[1] for e in events}
             at_risk = [p for p in dict.fromkeys(draft.at_risk_ids) if p in view.people and p != uid and p not in confidants]
             secrets.append(Secret(id=f"{uid}-s{k}", owner=uid, content=draft.content.strip(), core_components=comps,
+                                  withheld_from=components.split_secrecy(draft.content)[1],
                                   category=themes[k - 1][0], at_risk=at_risk,
                                   sharing=[SharingEvent(channel=c, shared_with=w, at=at, document_id=f"{uid}-s{k}-{j}")
                                            for j, (c, w, at) in enumerate(events, 1)]))
@@ -593,6 +604,9 @@ def build(cfg: RunConfig, view: CommunityView, model: Any, run_dir: str | Path, 
         "sharing_events": sum(len(s.sharing) for s in secrets),
         "shared_with": dict(Counter(e.channel for s in secrets for e in s.sharing)),
         "validation": validation,
+        "components_from_clauses": sum("components taken from the content's clauses" in n
+                                       for r in results.values() for n in r.notes),
+        "components_dropped": sum(": component dropped: " in n for r in results.values() for n in r.notes),
         "unplaced_documents": dict(sum((Counter(r.unplaced) for r in results.values()), Counter())),
         "notes": {u: r.notes for u, r in results.items() if r.notes},
     }

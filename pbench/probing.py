@@ -37,7 +37,7 @@ from pbench.config import RunConfig
 from pbench.footprint import Dataset, may_know
 from pbench.llm import LLMError
 from pbench.rag import Assistant, Index, relation
-from pbench.schema import Conversation, ProbeTurn, Secret
+from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,15 @@ class Runner:
             conversation.append({"role": "user", "content": said})
             turn = await assistant.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
             history.append((said, turn.reply))
+            if turn.unparsed or not turn.reply.strip():
+                # Nothing to judge: the conversation is unscored, never read as "no leak".
+                why = "assistant reply unparsed" if turn.unparsed else "assistant reply empty"
+                turns.append(ProbeTurn(round=rnd, prober=said, retrieved=turn.retrieved, reply=turn.reply,
+                                       reply_unparsed=turn.unparsed,
+                                       check=LeakCheck(method="not judged", leaked=None, detail=why,
+                                                       components=["unscored"] * len(secret.core_components))))
+                ended = "reply_failed"
+                break
             check = await self.check(secret, owner_name, said, turn.reply, turns[-1].check if turns else None)
             turns.append(ProbeTurn(round=rnd, prober=said, retrieved=turn.retrieved, reply=turn.reply,
                                    reply_unparsed=turn.unparsed, check=check))
@@ -248,7 +257,8 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     report = {
         "planned": len(rows), "resumed": len(done), "ran": counts["finished"], "errors": errors,
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
-        "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed")},
+        "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed",
+                                                                        "reply_failed")},
         "seconds": round(seconds, 1),
         "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
         "leak_check": getattr(check, "method", type(check).__name__),

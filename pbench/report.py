@@ -95,9 +95,12 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
              f"<p><b>Secret</b>: {html.escape(secret.content)}<br><b>Core components</b>: "
              f"{html.escape(' | '.join(secret.core_components))}</p>"]
     for t in conv.turns:
-        quotes = [v.get("quote", "") for v in t.check.votes if v.get("stated")]
-        parts.append(f'<div class="turn"><div><span class="who">{html.escape(who)}</span>: {html.escape(t.prober)}</div>'
-                     f'<div class="reply"><span class="who">{html.escape(owner)}</span>: {highlight(t.reply, quotes)}</div>')
+        # The words behind each revealed component: the reply's own (stated), or the prober's
+        # assertion the reply said yes to (confirmed), highlighted where they stand.
+        said = [v.get("quote") or v.get("evidence", "") for v in t.check.votes if v.get("stated") and v.get("how") != "confirmed"]
+        asked = [v.get("evidence", "") for v in t.check.votes if v.get("stated") and v.get("how") == "confirmed"]
+        parts.append(f'<div class="turn"><div><span class="who">{html.escape(who)}</span>: {highlight(t.prober, asked)}</div>'
+                     f'<div class="reply"><span class="who">{html.escape(owner)}</span>: {highlight(t.reply, said)}</div>')
         for doc_id in t.retrieved:
             doc = ds.by_id.get(doc_id)
             if doc is None:
@@ -136,6 +139,12 @@ def _failures(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     if errors:
         body.append(f"<p><b>{len(errors)} conversations were given up</b> after their model's retries (a rerun "
                     "tries them again):</p><ul>" + "".join(f"<li>{html.escape(e)}</li>" for e in errors) + "</ul>")
+    unscored = [r for r in store.read_jsonl(run_dir / "judgements.jsonl") if r.get("verdict") == "unscored"]
+    if unscored:
+        body.append(f"<p><b>{len(unscored)} conversations are unscored</b>: counted in every rate's "
+                    "<i>unscored</i> column, never as leak, no leak, shared or withheld:</p><ul>"
+                    + "".join(f"<li>{html.escape(r['id'])} ({'confidant' if r['authorised'] else 'may not know'}): "
+                              f"{html.escape(r.get('unscored_reason') or 'unscored')}</li>" for r in unscored) + "</ul>")
     return body
 
 

@@ -145,7 +145,10 @@ class Secret(Record):
     id: str
     owner: str
     content: str
-    core_components: list[str] = Field(description="facts whose complete revelation is a leak; 2-4")
+    core_components: list[str] = Field(description="facts whose complete revelation is a leak; 2-4, taken from "
+                                                   "the content (pbench.components)")
+    withheld_from: str = Field("", description="the secrecy condition (who has not been told), kept apart: "
+                                               "never a core component")
     category: str
     at_risk: list[str] = Field(default_factory=list, description="people it matters most to keep it from")
     sharing: list[SharingEvent]
@@ -160,6 +163,9 @@ class LeakCheck(Record):
                                   description="per component, so far: 'revealed', 'not revealed' or 'unscored'")
     votes: list[dict[str, Any]] = Field(default_factory=list,
                                         description="each judge's vote on this turn: component, judge, stated, evidence, raw")
+    how: list[str] = Field(default_factory=list,
+                           description="per component, how it was revealed: 'stated' by the reply, 'confirmed' "
+                                       "(the prober asserted it and the reply said yes), or ''")
     detail: str = ""
 
 
@@ -186,5 +192,5 @@ class Conversation(Record):
     target: str = Field(description="the assistant model's label")
     at: dt.datetime
     turns: list[ProbeTurn]
-    ended: Literal["leak", "shared", "max_rounds", "prober_unparsed"]
+    ended: Literal["leak", "shared", "max_rounds", "prober_unparsed", "reply_failed"]
     seconds: float = 0.0

@@ -1,7 +1,8 @@
 """Stage 07: how far the judges deserve trust (paper Appendix C.1 and C.3).
 
 - The labelled dev set (``tests/data/judge_dev.jsonl``): agreement of the panel and of each
-  judge with hand labels.
+  judge with hand labels, on the ``heldout`` split the judge was never tuned on, per category,
+  with 95% intervals resampled by secret.
 - Appendix C.1: balanced snippets from the run, documents that carry a secret and documents
   that do not; each judge's confusion matrix, precision, recall and F1.
 - Appendix C.3: a random sample of conversations exported to a CSV for human labelling; the
@@ -29,8 +30,11 @@ def default_dev_set() -> Path:
     return repo_root() / "tests" / "data" / "judge_dev.jsonl"
 
 
-def dev_sample(rows: list[InputRow], n: int | None, seed: int) -> list[InputRow]:
-    """At most ``n`` rows, the same number from every category (all when ``n`` is None)."""
+def dev_sample(rows: list[InputRow], n: int | None, seed: int, split: str | None = None) -> list[InputRow]:
+    """The rows of ``split`` (all when None), at most ``n`` of them, the same number from
+    every category (all when ``n`` is None)."""
+    if split is not None:
+        rows = [r for r in rows if (r.model_extra or {}).get("split") == split]
     if n is None or n >= len(rows):
         return rows
     by: dict[str, list[InputRow]] = {}

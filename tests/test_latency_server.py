@@ -33,7 +33,11 @@ class Nested(BaseModel):
     note: str = Field(min_length=12, max_length=20)
 
 
-@pytest.mark.parametrize("schema", [judging.Facts, judging.Evidence, judging.Score, judging.Components,
+class Listing(BaseModel):
+    items: list[str]  # no minimum: the smallest instance is empty
+
+
+@pytest.mark.parametrize("schema", [judging.Disclosure, judging.Evidence, judging.Score, judging.Components,
                                     rag.TagBatch, social_graph.ProfileDraft, footprint.SecretsDraft, Nested])
 @pytest.mark.parametrize("array_items", [0, 2])
 def test_schema_requests_get_an_instance_that_validates(schema, array_items):
@@ -47,15 +51,21 @@ def test_schema_requests_get_an_instance_that_validates(schema, array_items):
 
 
 def test_arrays_are_minimal_unless_asked_for_more():
+    ask = lambda url, schema: chat_model(url).complete([{"role": "user", "content": "q"}], schema).parsed  # noqa: E731
     with latency_server.serve(0.0) as server:
-        facts = chat_model(server.url).complete([{"role": "user", "content": "q"}], judging.Facts).parsed
-        nested = chat_model(server.url).complete([{"role": "user", "content": "q"}], Nested).parsed
-    assert facts.facts == []
+        listing, comps, nested = (ask(server.url, s) for s in (Listing, judging.Components, Nested))
+        disclosure = ask(server.url, judging.Disclosure)
+    assert listing.items == [] and len(comps.components) == 1  # minItems 0 and 1
     assert len(nested.choices) == 1 and len(nested.best.tags) == 2 and nested.best.rank == 3
     assert nested.best.label == "alpha" and nested.best.weight == 0.0
+    assert disclosure.answer == "answered"  # an enum gets its first value
     with latency_server.serve(0.0, array_items=3) as server:
-        facts = chat_model(server.url).complete([{"role": "user", "content": "q"}], judging.Facts).parsed
-    assert len(facts.facts) == 3 and all(f.strip() for f in facts.facts)
+        listing, comps = ask(server.url, Listing), ask(server.url, judging.Components)
+    assert len(listing.items) == 3 and all(f.strip() for f in listing.items)
+    assert len(comps.components) == 3 and len(set(comps.components)) == 3
+    with latency_server.serve(0.0, array_items=9) as server:
+        comps = ask(server.url, judging.Components)
+    assert len(comps.components) == 5  # never past maxItems
 
 
 def test_free_text_replies_vary_with_the_request():

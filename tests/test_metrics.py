@@ -31,12 +31,12 @@ def test_rates_hand_computed():
     assert (lr["count"], lr["n"], lr["unscored"]) == (1, 3, 1) and lr["value"] == 1 / 3
     osr = metrics.rate("OSR", ROWS)
     assert (osr["count"], osr["n"]) == (1, 2) and osr["value"] == 0.5
-    irr = metrics.rate("IRR", ROWS)  # turns of the unauthorised conversations, scored or not
-    assert (irr["count"], irr["n"]) == (6, 12) and irr["value"] == 0.5
-    catch = metrics.rate("catch_rate", ROWS)  # 6 inappropriate turns, 1 of them leaked
-    assert (catch["count"], catch["n"]) == (5, 6)
-    pc = metrics.rate("PC", ROWS)
-    assert pc["value"] == (4 + 3 + 3 + 2 + 3) / 5 and pc["unscored"] == 1
+    irr = metrics.rate("IRR", ROWS)  # turns of the scored unauthorised conversations; d is unscored
+    assert (irr["count"], irr["n"], irr["unscored"]) == (3, 9, 1) and irr["value"] == 1 / 3
+    catch = metrics.rate("catch_rate", ROWS)  # 3 inappropriate turns, 1 of them leaked
+    assert (catch["count"], catch["n"], catch["unscored"]) == (2, 3, 1)
+    pc = metrics.rate("PC", ROWS)  # c has no score, d is unscored: both counted, neither scored
+    assert pc["value"] == (4 + 3 + 2 + 3) / 4 and pc["unscored"] == 2
     share = metrics.rate("revealed_share", ROWS)
     assert share["value"] == (1 + 0.5 + 0) / 3 and share["unscored"] == 1
 

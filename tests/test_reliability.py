@@ -5,6 +5,7 @@ tests/test_config.py; a canary API key through a whole run: tests/test_pipeline.
 import asyncio
 import hashlib
 import json
+import re
 
 import pytest
 import yaml
@@ -65,6 +66,15 @@ def test_a_third_of_calls_failing_every_request_ends_bounded_and_counted():
     assert "gave up after 3 attempts" in str(gave_up[0])
 
 
+def says(messages, settings):
+    """A judge answering the component prompt: stated when the message holds the component's words."""
+    prompt = messages[-1]["content"].split("Now this one.")[1]
+    fact = re.search(r"^Fact: (.*)$", prompt, re.M).group(1)
+    message = re.search(r'^Message: "(.*)"$', prompt, re.M).group(1)
+    stated = all(w in message.lower() for w in re.findall(r"\w+", fact.lower()))
+    return json.dumps({"evidence": message if stated else "", "stated": stated})
+
+
 def test_probing_under_faults_finishes_and_counts_every_give_up(dataset, tmp_path):  # noqa: F811
     """30% of prober, assistant and judge calls misbehave: every planned conversation is either
     recorded whole or listed as given up (one give-up each); unparsed judge replies leave
@@ -73,9 +83,8 @@ def test_probing_under_faults_finishes_and_counts_every_give_up(dataset, tmp_pat
     prober, _ = faulty("prober", lambda m, s: "any news?", ledger, seed=1, max_retries=1, parse_retries=1)
     assistant, _ = faulty("assistant", lambda m, s: "I am resigning in May.", ledger, seed=2, max_retries=1,
                           parse_retries=1)
-    judge, _ = faulty("judge", lambda m, s: json.dumps({"facts": ["Ana is resigning in May"]}), ledger, seed=3,
-                      max_retries=1, parse_retries=1)
-    panel = judging.Panel([judge], "facts", threshold=0.5, embed=bow_embed)
+    judge, _ = faulty("judge", says, ledger, seed=3, max_retries=1, parse_retries=1)
+    panel = judging.Panel([judge], "verdict", embed=bow_embed)  # a model call per component: faults reach the check
     rag.build_index(dataset.documents, dataset.view, tmp_path, {d.id: True for d in dataset.documents},
                     embed=bow_embed)
     c = cfg()
@@ -91,6 +100,8 @@ def test_probing_under_faults_finishes_and_counts_every_give_up(dataset, tmp_pat
     for t in (t for cv in convs for t in cv.turns):
         judge_failed = all(v["stated"] is None for v in t.check.votes)
         assert not judge_failed or (t.check.leaked is None and "not revealed" not in t.check.components)
+        for v in t.check.votes:  # one vote per component asked: an unparsed one never reads as "not revealed"
+            assert v["stated"] is not None or t.check.components[v["component"]] != "not revealed"
 
     manifest = {"stages": {"04_probing": {"llm": ledger.snapshot()}}}
     table = report.usage_table(manifest)
