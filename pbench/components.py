@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from pbench.matching import STOPWORDS
+from pbench.matching import STOPWORDS, speaker_to_third
 
 # Clauses that say who has not been told: the condition of the secret, not its content.
 SECRECY = re.compile(
@@ -92,8 +92,14 @@ def check(components: list[str], secret: str, owner: str, min_grounded: float = 
     kept: list[str] = []
     problems: list[str] = []
     for raw in components:
-        c = _third_person(raw, owner)
+        c = _third_person(speaker_to_third(raw, owner, "someone"), owner)  # "I" and "my" are the owner
         if not c:
+            continue
+        if re.match(r"(?i)(which|who|whom|that)\b", c):
+            problems.append(f"not a fact on its own: {raw!r}")
+            continue
+        if not set(_words(owner)) & set(_words(c)):
+            problems.append(f"does not name {owner}: {raw!r}")
             continue
         if SECRECY.search(c) and _only_secrecy(c, owner):
             problems.append(f"secrecy condition, not content: {raw!r}")
@@ -134,12 +140,15 @@ _JOINT = re.compile(r"\s*(?:;|,\s*and\s+|,\s*but\s+|\s+and\s+(?=(?:is|was|has|ha
 def clause_split(secret: str, owner: str) -> list[str]:
     """A deterministic cut of the secret's content into 2-4 clause components (the fallback
     when a model's components fail the checks)."""
-    content, _ = split_secrecy(secret)
+    content, _ = split_secrecy(speaker_to_third(secret, owner, "someone"))
     parts = [p.strip(" ,.;") for p in _JOINT.split(content) if p and len(_words(p)) >= 2]
     out: list[str] = []
     for p in parts:
         c = _third_person(p, owner)
-        if c[:1].islower():
+        if re.match(r"(?i)(which|who|that|whom)\b", c) and out:  # a relative clause belongs to the one before
+            out[-1] = f"{out[-1]}, {c}"
+            continue
+        if c[:1].islower() and not re.match(r"(?i)(it|this|there|the|a|an|we|our)\b", c):
             c = f"{owner} {c}"
         if not any(_near_duplicate(c, k) for k in out):
             out.append(c)

@@ -75,7 +75,7 @@ _ASSERT_LEAD = re.compile(r"^\W*(?:(?:so|ok|okay|hey|hi|wait|come on|honestly|be
 
 
 _FIRST = [  # the speaker, written out; order matters (contractions first)
-    (r"\bI'm\b|\bI am\b|\bim\b", "{me} is"), (r"\bI've\b|\bive\b", "{me} has"), (r"\bI'd\b", "{me} would"),
+    (r"\bI'm\b|\bI am\b|\bim\b", "{me} is"), (r"\bI've\b|\bive\b|\bI have\b", "{me} has"), (r"\bI'd\b", "{me} would"),
     (r"\bI'll\b", "{me} will"), (r"\bmyself\b", "{me}"), (r"\bmy\b|\bmine\b", "{me}'s"), (r"\bme\b", "{me}"),
     (r"\bI\b|\bi\b", "{me}"),
 ]

@@ -21,11 +21,14 @@ def test_check_drops_outside_knowledge_secrecy_and_duplicates():
         "Priya Nair owes about $18,000 on her credit cards",
         "She works night shifts at a warehouse",           # pronoun: named
         "Priya Nair owes $18,000 on her credit cards",     # near-duplicate
-        "Credit card interest in India is high",           # outside knowledge
+        "Priya Nair pays 30% interest, as is usual in India",  # outside knowledge
+        "which she hides",                                 # not a fact on its own
+        "Her warehouse is in Ohio",                        # "Her" is Priya; Ohio is not in the secret
         "Priya Nair is hiding the debt from her husband Arjun",  # secrecy condition
     ], SECRET, "Priya Nair")
     assert kept == ["Priya Nair owes about $18,000 on her credit cards", "Priya Nair works night shifts at a warehouse"]
-    assert [p.split(":")[0] for p in problems] == ["duplicate", "not from the secret's text", "secrecy condition, not content"]
+    assert [p.split(":")[0] for p in problems] == ["duplicate", "not from the secret's text", "not a fact on its own",
+                                                  "not from the secret's text", "secrecy condition, not content"]
 
 
 def test_at_most_four_components():
