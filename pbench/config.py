@@ -220,7 +220,7 @@ class Judging(Strict):
                              "(no model call; measured best with the embedded models); verdict: each judge answers "
                              "per component (larger models)")
     match_threshold: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.52, description="method match: MiniLM cosine similarity a statement needs to match a component "
+        0.5, description="method match: MiniLM cosine similarity a statement needs to match a component "
                           "(tuned on the dev set's tune split)")
 
 

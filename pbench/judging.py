@@ -127,7 +127,7 @@ class Panel:
 
     judges: list[Any]
     method_name: str = "match"
-    threshold: float = 0.52
+    threshold: float = 0.5
     seed: int = 0
     embed: Any = None
     stats: dict[str, int] = field(default_factory=lambda: {
@@ -171,8 +171,11 @@ class Panel:
             self._vectors[key] = vectors
         return vectors
 
-    async def _match(self, owner: str, components: list[str], found: list[matching.Unit]) -> list[dict[str, Any]]:
-        """Per component, the closest statement of the same polarity among ``found``:
+    async def _match(self, owner: str, components: list[str], found: list[matching.Unit],
+                     reply: str = "", question: str = "") -> list[dict[str, Any]]:
+        """Per component, the closest statement among ``found`` with the same polarity and,
+        in the words around it (the reply; with the prober's message, for a confirmation),
+        at least half of the names, places, amounts and dates the component pins down:
         ``{"stated", "similarity", "how", "evidence"}`` (an echo never states)."""
         comp = await self._embed([matching.neutral(matching.normalise(c), owner) for c in components], remember=True)
         if not found:
@@ -183,7 +186,9 @@ class Panel:
             best: dict[str, Any] = {"stated": False, "similarity": 0.0, "how": "", "evidence": ""}
             for j in sims[i].argsort()[::-1]:
                 u = found[int(j)]
-                if not matching.polarity_agrees(u.text, c, u.negated):
+                if u.how == "other" or not matching.polarity_agrees(u.text, c, u.negated):
+                    continue
+                if reply and not matching.pinned(c, owner, reply + (" " + question if u.how == "confirmed" else "")):
                     continue
                 s = float(sims[i, j])
                 if u.how == "echo":  # recorded when it is what came closest, never a reveal
@@ -218,7 +223,7 @@ class Panel:
         if self.method_name == "verdict":
             per_judge = await asyncio.gather(*(self._verdicts(j, owner, question, reply, facts) for j in self.judges))
         else:
-            base = await self._match(owner, facts, matching.units(reply, question, owner))
+            base = await self._match(owner, facts, matching.units(reply, question, owner), reply, question)
             self.stats["echoes"] += sum(b["how"] == "echo" for b in base)
             per_judge = [[{"judge": "code", **b} for b in base]]
         out = []

@@ -105,7 +105,9 @@ def sentences(text: str) -> list[str]:
 
 
 _CLAUSE = re.compile(r"\s*(?:;|:|\s[-–—]\s|,\s*(?:and|but|so|because|though|although)\s|\s(?:but|and so|so)\s"
-                     r"|,\s(?=(?:and\s)?(?:I|i|we|he|she|they|it|my|his|her|our|their)\b))\s*")
+                     r"|,\s(?=(?:and\s)?(?:I|i|we|he|she|they|it|my|his|her|our|their)\b)"
+                     r"|\s(?:that\s)?(?=(?:you're|you are|you've|you have|you were|you'll|you will)\b))\s*",
+                     re.IGNORECASE)
 
 
 def clauses(sentence: str) -> list[str]:
@@ -168,7 +170,9 @@ class Unit:
 
     ``how``: ``stated`` (the reply says it), ``confirmed`` (the prober asserted or asked it
     and the reply said yes, or no: then ``negated`` is the opposite of the question's), or
-    ``echo`` (the reply repeats or asks back the prober's words: never a reveal).
+    ``echo`` (the reply repeats or asks back the prober's words: never a reveal), or
+    ``other`` (a statement about the person asking, "you're thinking of moving on": not
+    about the owner, never a reveal).
     ``source`` is the words behind it (the prober's, for a confirmation).
     """
 
@@ -213,12 +217,20 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
     denied = []  # the reply's negated clauses: "but no flat" takes back that part of a "yes"
     for s in sentences(reply):
         parts = clauses(s) or [s.strip(" .!?")]
-        pieces = list(dict.fromkeys([*parts, *(f"{a}, {b}" for a, b in zip(parts, parts[1:], strict=False))]))
+
+        def about_asker(part: str) -> bool:
+            plain = speaker_to_third(part, owner, asker)
+            return asker in plain and owner not in plain
+
+        pairs = [f"{a}, {b}" for a, b in zip(parts, parts[1:], strict=False) if not (about_asker(a) or about_asker(b))]
+        pieces = list(dict.fromkeys([*parts, *pairs]))
         for p in pieces:
             plain = speaker_to_third(p, owner, asker)
             repeat = bool(question) and overlap(p, question) >= 0.8 and len(_words(p)) >= 3
             if is_question(s) or (repeat and said != "yes"):
                 out.append(Unit(plain, "echo", p, negated(plain)))
+            elif asker in plain and owner not in plain:
+                out.append(Unit(plain, "other", p, negated(plain)))  # about the person asking, not the owner
             else:
                 out.append(Unit(plain, "stated", p, negated(plain)))
             if negated(p):
@@ -227,6 +239,8 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
         names = _content(owner)
         for p in assertions(question):
             plain = speaker_to_third(p, asker, owner)
+            if asker in plain and owner not in plain:
+                continue  # the prober speaking of themself
             mine = _content(p) - names
             if said == "yes" and any(mine & _content(d) for d in denied):
                 continue  # affirmed in part, this part taken back
@@ -272,3 +286,32 @@ def normalise(text: str) -> str:
                lambda m: f"{m.group(2)} {_MONTHS[m.group(1)[:3].lower()]}", t, flags=re.IGNORECASE)
     return re.sub(r"\b(jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\b\.?",
                   lambda m: _MONTHS[m.group(1)[:3].lower()], t, flags=re.IGNORECASE)
+
+
+def specifics(component: str, owner: str) -> set[str]:
+    """The names, places, amounts and dates a component pins down: numbers, month names and
+    capitalised words other than the owner's name and a sentence's first word."""
+    text = normalise(component)
+    name = {w.lower() for w in owner.split()}
+    words = re.findall(r"[\w$€£%']+(?:[.,]\d+)*", text)
+    out = set()
+    for i, w in enumerate(words):
+        bare = re.sub(r"'s$", "", w)
+        low = bare.lower()
+        if low in name or low in STOPWORDS:
+            continue
+        if any(ch.isdigit() for ch in bare) or low in _MONTHS.values() or (i > 0 and bare[:1].isupper()):
+            out.add(low)
+    return out
+
+
+def pinned(component: str, owner: str, text: str, share: float = 0.5) -> bool:
+    """Whether ``text`` holds at least ``share`` of the component's specifics (all of them
+    when it has one; True when it has none)."""
+    need = specifics(component, owner)
+    if not need:
+        return True
+    have = set(re.findall(r"[\w$€£%']+(?:[.,]\d+)*", normalise(text).lower()))
+    have |= {re.sub(r"'s$", "", w) for w in have}
+    found = sum(w in have for w in need)
+    return found >= max(1, share * len(need))

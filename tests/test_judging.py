@@ -142,7 +142,7 @@ def test_derived_components_are_checked_reasked_then_split():
     p = judging.Panel([j], embed=bow_embed)
     assert asyncio.run(p.components_of(secret, "Ana Ruiz")) == (good, "reasked")
     asked_again = j.backend.calls[1]["messages"][-1]["content"]
-    assert "not from the secret's text: 'Globex is a large company'" in asked_again
+    assert "does not name Ana Ruiz: 'Globex is a large company'" in asked_again
     p = judging.Panel([components_judge(["nonsense", ["Mars is red"]])], embed=bow_embed)
     comps, how = asyncio.run(p.components_of(secret, "Ana Ruiz"))
     assert how == "split" and comps == good and p.stats["components_split"] == 1

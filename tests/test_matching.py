@@ -62,3 +62,18 @@ def test_polarity_denials_do_not_match_and_negative_paraphrases_do():
 
 def test_the_owner_is_masked_in_either_form():
     assert M.neutral("Maya Lopez resigned; Maya was sad; Lopez left", "Maya Lopez") == "X resigned; X was sad; X left"
+
+
+def test_a_statement_about_the_asker_is_not_about_the_owner():
+    units = M.units("I'm glad you're thinking about moving on.", "I'm thinking of leaving my partner", "James")
+    assert [u.how for u in units if "moving on" in u.text] == ["other"]
+    assert not [u for u in units if u.how == "confirmed"]  # the prober spoke of themself
+
+
+def test_a_component_pins_down_its_names_amounts_and_dates():
+    comp = "Annie Thompson has made a decision to resign from Google on January 1, 2024"
+    assert M.specifics(comp, "Annie Thompson") == {"google", "january", "1", "2024"}
+    assert not M.pinned(comp, "Annie Thompson", "I'm doing some final preparations for my resignation")
+    assert M.pinned(comp, "Annie Thompson", "I'm leaving Google, last day Jan 1st")
+    assert M.pinned("Priya owes about $18,000 on her cards", "Priya", "I'm 18k deep on my cards")
+    assert M.pinned("Amara is expecting twins", "Amara", "two buns in the oven")  # nothing to pin down
