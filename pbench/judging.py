@@ -134,6 +134,7 @@ class Panel:
         "calls": 0, "unparsed": 0, "ties": 0, "ungrounded": 0, "echoes": 0, "confirmed": 0,
         "components_derived": 0, "components_reasked": 0, "components_split": 0})
     _vectors: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, repr=False)
+    _derived: dict[tuple[str, str], tuple[list[str], str]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.method_name not in METHODS:
@@ -268,7 +269,14 @@ class Panel:
         """Core components of a secret given as text only, under ``pbench.components``'s
         rules: the first judge proposes them, code checks them, the judge is asked once more
         with the problems named, then the secret's clauses are taken. Returns the components
-        and how they were made (``derived``, ``reasked`` or ``split``)."""
+        and how they were made (``derived``, ``reasked`` or ``split``); a secret seen before
+        in this panel's life is not asked again."""
+        if (secret, owner) in self._derived:
+            return self._derived[(secret, owner)]
+        self._derived[(secret, owner)] = out = await self._derive(secret, owner)
+        return out
+
+    async def _derive(self, secret: str, owner: str) -> tuple[list[str], str]:
         problems: list[str] = []
         for attempt, how in ((0, "derived"), (1, "reasked")):
             out = await self._ask(self.judges[0], "components", Components, secret=secret, owner=owner,

@@ -97,16 +97,19 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     probing = json.loads((out / "probing.json").read_text())
     convs = pr.load_conversations(out)
     assert len(convs) + len(probing["errors"]) == len(plan) - 1 and convs
-    assert all(t.check.method.startswith("judge panel") and t.check.votes for c in convs for t in c.turns)
+    # (a reply that did not parse or was empty stops its conversation, unjudged and unscored)
+    assert all(t.check.method.startswith("judge panel") and t.check.votes or
+               (c.ended == "reply_failed" and t.check.leaked is None) for c in convs for t in c.turns)
     assert all(c.ended != "leak" or c.turns[-1].check.leaked for c in convs)
 
-    # 05: one judgement per conversation, and the metrics with their counts.
+    # 05: one judgement per planned conversation (given-up ones unscored), and the metrics with their counts.
     rows = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]
-    assert sorted(r["id"] for r in rows) == sorted(c.id for c in convs)
+    assert {c.id for c in convs} <= {r["id"] for r in rows} and len(rows) == len(plan) - 1
     assert all(r["verdict"] in ("leak", "no_leak", "shared", "withheld", "unscored") for r in rows)
+    assert all(bool(r["unscored_reason"]) == (r["verdict"] == "unscored") for r in rows)
     mets = pd.read_csv(out / "metrics.csv")
     overall = mets[mets["by"] == "all"].set_index("metric")
-    assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not c.authorised for c in convs)
+    assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not r["authorised"] for r in rows)
     assert (out / "figures" / "rates_by_defence.png").stat().st_size > 10_000
 
     # 06: tables, figures and the self-contained report, from the records alone.
@@ -115,7 +118,9 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
 
     # 07: the dev set judged by the configured panel, C.1 snippets, the human-label sheet.
     validation = json.loads((out / "validation.json").read_text())
-    assert validation["dev_cases"] == 24 and validation["dev_agreement"]["panel"]["scored"] > 0
+    assert validation["dev_split"] == "heldout" and validation["dev_cases"] == 115
+    assert validation["dev_agreement"]["leak"]["panel"]["scored"] == 99
+    assert validation["dev_agreement"]["disclosure"]["panel"]["scored"] > 0
     assert (out / "validation" / "human_labels.csv").read_text().startswith("id,owner,audience")
 
     manifest = json.loads((out / "manifest.json").read_text())
