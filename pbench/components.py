@@ -73,13 +73,20 @@ def _third_person(component: str, owner: str) -> str:
     c = component.strip().rstrip(".")
     first = owner.split()[0]
     if re.match(r"(?i)^(i|he|she|they)\b", c):
-        return owner + c[re.match(r"(?i)^(i|he|she|they)\b", c).end():]
+        return _with_subject(owner, c[re.match(r"(?i)^(i|he|she|they)\b", c).end():])
     if re.match(r"(?i)^(my|his|her|their)\b", c):
         return owner + "'s" + c[re.match(r"(?i)^(my|his|her|their)\b", c).end():]
-    if first.lower() not in c.lower() and re.match(r"(?i)^(is|was|has|had|will|plans|owes|wants|did|does|"
-                                                  r"failed|lost|got|took|started|moved|quit|works|takes)\b", c):
-        return f"{owner} {c}"
+    if first.lower() not in c.lower() and c[:1].islower() and not re.match(
+            r"(?i)^(it|this|that|these|those|there|the|a|an|we|our|which|who|whom|whose)\b", c):
+        return _with_subject(owner, " " + c)  # a predicate without its subject: the owner's
     return c
+
+
+def _with_subject(owner: str, rest: str) -> str:
+    """``owner`` + ``rest``, the verb agreeing ("They are" -> "Ana is", "have left" -> "Ana has left")."""
+    agree = {"are": "is", "am": "is", "have": "has", "were": "was"}
+    return owner + re.sub(r"^\s+(are|am|have|were)\b", lambda m: " " + agree[m.group(1).lower()], rest,
+                          flags=re.IGNORECASE)
 
 
 def check(components: list[str], secret: str, owner: str, min_grounded: float = 0.8) -> tuple[list[str], list[str]]:
@@ -132,7 +139,7 @@ def _near_duplicate(a: str, b: str) -> bool:
     return len(wa & wb) / min(len(wa), len(wb)) >= 0.85
 
 
-_JOINT = re.compile(r"\s*(?:;|,\s*and\s+|,\s*but\s+|\s+and\s+(?=(?:is|was|has|had|will|now|plans|she|he|they|"
+_JOINT = re.compile(r"\s*(?:;|,\s*and\s+|,\s*but\s+|\s+and\s+(?=(?:is|are|was|were|has|have|had|will|now|plans|she|he|they|"
                     r"also|then|used|starts|takes|received|got)\b)|,\s*(?=(?:is|was|has|had|will|now|"
                     r"plans|she|he|they|her|his|their|and)\b)|(?<!\b(?:St|Dr|Mr|Ms))(?<!\bMrs)\.\s+)", re.IGNORECASE)
 
@@ -149,7 +156,7 @@ def clause_split(secret: str, owner: str) -> list[str]:
             out[-1] = f"{out[-1]}, {c}"
             continue
         if c[:1].islower() and not re.match(r"(?i)(it|this|there|the|a|an|we|our)\b", c):
-            c = f"{owner} {c}"
+            c = _with_subject(owner, " " + c)
         if not any(_near_duplicate(c, k) for k in out):
             out.append(c)
     if len(out) > 4:  # the last clauses joined into the fourth
