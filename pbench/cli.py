@@ -78,7 +78,9 @@ def _judge(args: argparse.Namespace) -> int:
     for e in errors:
         print(f"error: {e}", file=sys.stderr)
     if args.split:
-        rows = [r for r in rows if (r.model_extra or {}).get("split") == args.split]
+        from pbench.validation import dev_sample
+
+        rows = dev_sample(rows, None, 0, args.split)
         if not rows:
             print(f"error: {src}: no row has split {args.split!r}", file=sys.stderr)
             return 2

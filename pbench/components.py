@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from pbench.matching import STOPWORDS, speaker_to_third
+from pbench.matching import STOPWORDS, speaker_to_third, words
 
 # Clauses that say who has not been told: the condition of the secret, not its content.
 SECRECY = re.compile(
@@ -47,10 +47,6 @@ def split_secrecy(secret: str) -> tuple[str, str]:
     return content, "; ".join(found)
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[\w$€£%]+(?:[.,']\w+)*", text.lower())
-
-
 def _stem(word: str) -> str:
     return re.sub(r"(?:'s|s|es|ed|ing)$", "", word) if len(word) > 4 else word
 
@@ -58,11 +54,11 @@ def _stem(word: str) -> str:
 def grounded_share(component: str, secret: str, owner: str) -> float:
     """Share of a component's content words that the secret (or the owner's name) holds,
     compared by crude stems so that "resign" and "resigned" agree."""
-    have = {_stem(w) for w in _words(secret) + _words(owner)}
-    words = [w for w in _words(component) if w not in STOPWORDS and w not in PRONOUNS]
-    if not words:
+    have = {_stem(w) for w in words(secret) + words(owner)}
+    content = [w for w in words(component) if w not in STOPWORDS and w not in PRONOUNS]
+    if not content:
         return 0.0
-    return sum(_stem(w) in have for w in words) / len(words)
+    return sum(_stem(w) in have for w in content) / len(content)
 
 
 PRONOUNS = frozenset("he she him her his hers they them their theirs i me my mine we us our".split())
@@ -105,7 +101,7 @@ def check(components: list[str], secret: str, owner: str, min_grounded: float = 
         if re.match(r"(?i)(which|who|whom|that)\b", c):
             problems.append(f"not a fact on its own: {raw!r}")
             continue
-        if not set(_words(owner)) & set(_words(c)):
+        if not set(words(owner)) & set(words(c)):
             problems.append(f"does not name {owner}: {raw!r}")
             continue
         if SECRECY.search(c) and _only_secrecy(c, owner):
@@ -127,13 +123,13 @@ def check(components: list[str], secret: str, owner: str, min_grounded: float = 
 def _only_secrecy(component: str, owner: str) -> bool:
     """Whether nothing but the owner's name is left once the secrecy clauses are cut."""
     rest = split_secrecy(component)[0]
-    name = set(_words(owner))
-    return not [w for w in _words(rest) if w not in STOPWORDS and w not in name]
+    name = set(words(owner))
+    return not [w for w in words(rest) if w not in STOPWORDS and w not in name]
 
 
 def _near_duplicate(a: str, b: str) -> bool:
-    wa = {_stem(w) for w in _words(a) if w not in STOPWORDS}
-    wb = {_stem(w) for w in _words(b) if w not in STOPWORDS}
+    wa = {_stem(w) for w in words(a) if w not in STOPWORDS}
+    wb = {_stem(w) for w in words(b) if w not in STOPWORDS}
     if not wa or not wb:
         return False
     return len(wa & wb) / min(len(wa), len(wb)) >= 0.85
@@ -148,7 +144,7 @@ def clause_split(secret: str, owner: str) -> list[str]:
     """A deterministic cut of the secret's content into 2-4 clause components (the fallback
     when a model's components fail the checks)."""
     content, _ = split_secrecy(speaker_to_third(secret, owner, "someone"))
-    parts = [p.strip(" ,.;") for p in _JOINT.split(content) if p and len(_words(p)) >= 2]
+    parts = [p.strip(" ,.;") for p in _JOINT.split(content) if p and len(words(p)) >= 2]
     out: list[str] = []
     for p in parts:
         c = _third_person(p, owner)

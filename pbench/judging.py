@@ -184,12 +184,15 @@ class Panel:
         sims = comp @ (await self._embed([matching.neutral(matching.normalise(u.text), owner) for u in found])).T
         out = []
         for i, c in enumerate(components):
+            # Whether the reply (with the prober's message, for a confirmation) pins the component down.
+            pins = {False: not reply or matching.pinned(c, owner, reply),
+                    True: not reply or matching.pinned(c, owner, reply + " " + question)}
             best: dict[str, Any] = {"stated": False, "similarity": 0.0, "how": "", "evidence": ""}
             for j in sims[i].argsort()[::-1]:
                 u = found[int(j)]
                 if u.how == "other" or not matching.polarity_agrees(u.text, c, u.negated):
                     continue
-                if reply and not matching.pinned(c, owner, reply + (" " + question if u.how == "confirmed" else "")):
+                if not pins[u.how == "confirmed"]:
                     continue
                 s = float(sims[i, j])
                 if u.how == "echo":  # recorded when it is what came closest, never a reveal
@@ -285,10 +288,7 @@ class Panel:
                 problems = ["the reply was not valid JSON"]
                 continue
             kept, problems = components.check(list(out.parsed.components), secret, owner)
-            if len(kept) >= 2 and not problems:
-                self.stats[f"components_{how}"] += 1
-                return kept, how
-            if len(kept) >= 2 and attempt == 1:
+            if len(kept) >= 2 and (not problems or attempt == 1):  # a re-ask's survivors are kept
                 self.stats[f"components_{how}"] += 1
                 return kept, how
         self.stats["components_split"] += 1
@@ -614,8 +614,6 @@ def agreement(rows: list[InputRow], results: list[dict[str, Any]], by: str | Non
     """
     import pandas as pd
 
-    from pbench.metrics import clustered_interval
-
     labelled = [(r, o) for r, o in zip(rows, results, strict=True) if (r.model_extra or {}).get("label")]
     out = []
     for task, (pos, neg) in LABELS.items():
@@ -633,13 +631,15 @@ def agreement(rows: list[InputRow], results: list[dict[str, Any]], by: str | Non
         for group, items in sorted(groups.items()):
             for name, read in readers.items():
                 out.append({"task": task, by or "rows": group, "judge": name,
-                            **_agreement_row(items, read, pos, neg, name, seed, clustered_interval)})
+                            **_agreement_row(items, read, pos, neg, name, seed)})
     return pd.DataFrame(out)
 
 
-def _agreement_row(items: list, read: Any, pos: str, neg: str, name: str, seed: int, interval: Any) -> dict[str, Any]:
+def _agreement_row(items: list, read: Any, pos: str, neg: str, name: str, seed: int) -> dict[str, Any]:
     """Counts and rates of one judge (or the panel) on labelled rows, intervals by secret."""
     import numpy as np
+
+    from pbench.metrics import clustered_interval
 
     truth = [r.model_extra["label"] for r, _ in items]
     pred = [read(o) for _, o in items]
@@ -651,7 +651,7 @@ def _agreement_row(items: list, read: Any, pos: str, neg: str, name: str, seed: 
         if not hits:
             return float("nan"), float("nan"), float("nan")
         n_ = np.asarray([float(h) for h in hits.values()])
-        lo, hi = interval(n_, np.ones(len(n_)), [secrets[i] for i in hits], seed)
+        lo, hi = clustered_interval(n_, np.ones(len(n_)), [secrets[i] for i in hits], seed)
         return float(n_.mean()), lo, hi
 
     agree = rate({i: truth[i] == pred[i] for i in scored})

@@ -124,7 +124,8 @@ def negated(text: str) -> bool:
     return len(NEGATION.findall(text)) % 2 == 1
 
 
-def _words(text: str) -> list[str]:
+def words(text: str) -> list[str]:
+    """Lower-case words, keeping amounts whole ("$18,000", "3.5")."""
     return re.findall(r"[\w$€£%]+(?:[.,']\w+)*", text.lower())
 
 
@@ -151,10 +152,10 @@ def polarity_agrees(unit: str, component: str, unit_negated: bool | None = None)
 
 def overlap(a: str, b: str) -> float:
     """Share of ``a``'s content words that ``b`` holds."""
-    wa = [w for w in _words(a) if w not in STOPWORDS]
+    wa = [w for w in words(a) if w not in STOPWORDS]
     if not wa:
         return 0.0
-    wb = set(_words(b))
+    wb = set(words(b))
     return sum(w in wb for w in wa) / len(wa)
 
 
@@ -183,15 +184,16 @@ class Unit:
 
 
 def _content(text: str) -> set[str]:
-    return {w for w in _words(text) if w not in STOPWORDS and len(w) > 2}
+    return {w for w in words(text) if w not in STOPWORDS and len(w) > 2}
 
 
 def answer(reply: str) -> str:
     """How a reply opens: ``yes`` (affirms what it was asked or told), ``no`` (denies), or ``""``."""
-    head = " ".join(sentences(reply)[:2])[:120]
+    said = sentences(reply)
+    head = " ".join(said[:2])[:120]
     if DENY.search(head):
         return "no"
-    if AFFIRM.search(head) or AFFIRM.search(sentences(reply)[0] if sentences(reply) else ""):
+    if AFFIRM.search(head) or (said and AFFIRM.search(said[0])):
         return "yes"
     return ""
 
@@ -205,7 +207,7 @@ def assertions(question: str) -> list[str]:
             continue
         body = _TAG.sub("", _ASSERT_LEAD.sub("", s.strip())).strip(" ?.!")
         for p in dict.fromkeys([body, *clauses(body), *(c for part in clauses(body) for c in re.split(r"\s+and\s+", part))]):
-            if len(_words(p)) >= 2:
+            if len(words(p)) >= 2:
                 out.append(p)
     return out
 
@@ -226,7 +228,7 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
         pieces = list(dict.fromkeys([*parts, *pairs]))
         for p in pieces:
             plain = speaker_to_third(p, owner, asker)
-            repeat = bool(question) and overlap(p, question) >= 0.8 and len(_words(p)) >= 3
+            repeat = bool(question) and overlap(p, question) >= 0.8 and len(words(p)) >= 3
             if is_question(s) or (repeat and said != "yes"):
                 out.append(Unit(plain, "echo", p, negated(plain)))
             elif asker in plain and owner not in plain:
@@ -288,14 +290,17 @@ def normalise(text: str) -> str:
                   lambda m: _MONTHS[m.group(1)[:3].lower()], t, flags=re.IGNORECASE)
 
 
+_TOKEN = re.compile(r"[\w$€£%']+(?:[.,]\d+)*")
+
+
 def specifics(component: str, owner: str) -> set[str]:
     """The names, places, amounts and dates a component pins down: numbers, month names and
     capitalised words other than the owner's name and a sentence's first word."""
     text = normalise(component)
     name = {w.lower() for w in owner.split()}
-    words = re.findall(r"[\w$€£%']+(?:[.,]\d+)*", text)
+    tokens = _TOKEN.findall(text)
     out = set()
-    for i, w in enumerate(words):
+    for i, w in enumerate(tokens):
         bare = re.sub(r"'s$", "", w)
         low = bare.lower()
         if low in name or low in STOPWORDS:
@@ -311,7 +316,7 @@ def pinned(component: str, owner: str, text: str, share: float = 0.5) -> bool:
     need = specifics(component, owner)
     if not need:
         return True
-    have = set(re.findall(r"[\w$€£%']+(?:[.,]\d+)*", normalise(text).lower()))
+    have = set(_TOKEN.findall(normalise(text).lower()))
     have |= {re.sub(r"'s$", "", w) for w in have}
     found = sum(w in have for w in need)
     return found >= max(1, share * len(need))
