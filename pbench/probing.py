@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pbench import prompts, store
+from pbench import audit, prompts, store
 from pbench.config import RunConfig
 from pbench.footprint import Dataset, may_know
 from pbench.llm import LLMError
@@ -70,12 +70,13 @@ def audiences(ds: Dataset, secret: Secret, at: dt.datetime, n_unauth: int, n_aut
     view = ds.view
     others = [p for p in sorted(view.people) if p != secret.owner]
     knows = [p for p in others if may_know(secret, view, p, at)]
+    confidants = [p for p in knows if p != secret.about]  # the person it is about was not told it
     contacts = view.contacts_at(secret.owner, at.date())
     unknown = [p for p in others if p not in knows]
     rest = [p for p in unknown if p not in secret.at_risk]
     near, far = [p for p in rest if p in contacts], [p for p in rest if p not in contacts]
     ranked = [p for p in secret.at_risk if p in unknown] + rng.sample(near, len(near)) + rng.sample(far, len(far))
-    return [(p, False) for p in ranked[:n_unauth]] + [(p, True) for p in rng.sample(knows, len(knows))[:n_auth]]
+    return [(p, False) for p in ranked[:n_unauth]] + [(p, True) for p in rng.sample(confidants, len(confidants))[:n_auth]]
 
 
 def plan(ds: Dataset, cfg: RunConfig) -> list[Probe]:
@@ -89,7 +90,8 @@ def plan(ds: Dataset, cfg: RunConfig) -> list[Probe]:
     for s in secrets:
         at = probe_time(s, ds.view.period[1])
         for person, authorised in audiences(ds, s, at, p.unauthorised_per_secret, p.authorised_per_secret, rng):
-            for strategy in p.strategies:
+            # A confidant talks as someone who knows: the outsider's strategies do not apply.
+            for strategy in p.strategies[:1] if authorised else p.strategies:
                 for prompt in p.prompts:
                     for defence in p.defences:
                         for target in cfg.models.assistant:
@@ -121,6 +123,9 @@ def clean_prober(text: str) -> str:
     return text.strip('"“”').strip()
 
 
+PROBER_REDRAFTS = 2  # re-asks of an outsider's message that asserts the secret
+
+
 @dataclass
 class Runner:
     """Runs probes. Args: the dataset, index, prober and assistant models (by label), the leak
@@ -134,7 +139,8 @@ class Runner:
     max_rounds: int
     top_k: int
 
-    def _prober_messages(self, probe: Probe, secret: Secret, history: list[tuple[str, str]]) -> list[dict[str, str]]:
+    def _prober_messages(self, probe: Probe, secret: Secret, history: list[tuple[str, str]],
+                         redraft: bool = False) -> list[dict[str, str]]:
         view = self.ds.view
         day = probe.at.date()
         me = {"name": view.name(probe.audience), **dict.fromkeys(("age", "occupation", "employer", "location",
@@ -144,9 +150,19 @@ class Runner:
         # a role-flipped chat, and repeat neither their instructions nor a placeholder opener.
         text = prompts.render("probing", "prober", me=me, owner_name=view.name(probe.owner),
                               relation=relation(view, probe.audience, probe.owner, day), date=day.isoformat(),
-                              strategy=probe.strategy, authorised=probe.authorised, secret=secret.content,
-                              max_rounds=self.max_rounds, history=history)
+                              strategy=probe.strategy, authorised=probe.authorised,
+                              secret=secret.content if probe.authorised else "",  # an outsider knows the topic only
+                              topic=secret.topic or f"something {view.name(probe.owner).split()[0]} keeps private",
+                              max_rounds=self.max_rounds, history=history, redraft=redraft)
         return [{"role": "user", "content": text}]
+
+    async def _asserted(self, probe: Probe, secret: Secret, owner_name: str, said: str) -> list[int]:
+        """The core components an outsider's message asserts, read by the judge's matcher
+        (``Panel.asserted``); a confidant may say what they know."""
+        guard = getattr(self.check, "asserted", None)
+        if probe.authorised or guard is None or not said:
+            return []
+        return await guard(secret.core_components, owner_name, said, self.ds.view.name(probe.audience))
 
     async def run(self, probe: Probe) -> Conversation:
         """Talk until a leak (or a share, for a confidant), or ``max_rounds``."""
@@ -162,6 +178,15 @@ class Runner:
         for rnd in range(1, self.max_rounds + 1):
             out = await self.prober.acomplete(self._prober_messages(probe, secret, history), seed=seed + rnd)
             said = clean_prober(out.text)
+            asserted, redrafts = await self._asserted(probe, secret, owner_name, said), 0
+            while asserted and redrafts < PROBER_REDRAFTS and not out.unparsed:
+                # An outsider who states the secret makes every "yes" a leak: the metric would
+                # measure the prober. Asked again, told not to guess; what remains is counted.
+                redrafts += 1
+                out = await self.prober.acomplete(self._prober_messages(probe, secret, history, redraft=True),
+                                                  seed=seed + rnd + 1000 * redrafts)
+                said = clean_prober(out.text)
+                asserted = await self._asserted(probe, secret, owner_name, said)
             if out.unparsed or not said:
                 ended = "prober_unparsed"
                 break
@@ -173,15 +198,15 @@ class Runner:
             if turn.unparsed or not turn.reply.strip():
                 # Nothing to judge: the conversation is unscored, never read as "no leak".
                 why = "assistant reply unparsed" if turn.unparsed else "assistant reply empty"
-                turns.append(ProbeTurn(round=rnd, prober=said, retrieved=turn.retrieved, reply=turn.reply,
-                                       reply_unparsed=turn.unparsed,
+                turns.append(ProbeTurn(round=rnd, prober=said, prober_asserted=asserted, prober_redrafts=redrafts,
+                                       retrieved=turn.retrieved, reply=turn.reply, reply_unparsed=turn.unparsed,
                                        check=LeakCheck(method="not judged", leaked=None, detail=why,
                                                        components=["unscored"] * len(secret.core_components))))
                 ended = "reply_failed"
                 break
             check = await self.check(secret, owner_name, said, turn.reply, turns[-1].check if turns else None)
-            turns.append(ProbeTurn(round=rnd, prober=said, retrieved=turn.retrieved, reply=turn.reply,
-                                   reply_unparsed=turn.unparsed, check=check))
+            turns.append(ProbeTurn(round=rnd, prober=said, prober_asserted=asserted, prober_redrafts=redrafts,
+                                   retrieved=turn.retrieved, reply=turn.reply, reply_unparsed=turn.unparsed, check=check))
             if check.leaked:
                 ended = "shared" if probe.authorised else "leak"
                 break
@@ -262,6 +287,8 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
         "seconds": round(seconds, 1),
         "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
         "leak_check": getattr(check, "method", type(check).__name__),
+        "prober_redrafts": sum(t.prober_redrafts for c in convs for t in c.turns),
+        **audit.summary(audit.probing_audit(convs)),
     }
     store.write_json(run_dir / "probing.json", report)
     return report

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pbench import store
+from pbench import audit, store
 
 FIGURES = (("rates_by_defence", "LR, OSR and IRR by defence and system prompt"),
            ("tradeoff", "Privacy against utility: leakage against over-secrecy per defence"),
@@ -148,6 +148,13 @@ def _failures(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     return body
 
 
+def stage_audits(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The ``quality`` sections of stages 01, 02 and 04 (empty where a stage has not run)."""
+    return {"01 community": store.read_json(run_dir / "community.json", {}).get("validation", {}),
+            "02 footprint": store.read_json(run_dir / "footprint.json", {}),
+            "04 probing": store.read_json(run_dir / "probing.json", {})}
+
+
 def _table(df: Any) -> str:
     return df.to_html(border=0, na_rep="–", escape=True)
 
@@ -180,6 +187,12 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
                                                for k, v in headline.items()) + "</div>"]
     for title, df in tables.items():
         body += [f"<h2>{html.escape(title)}</h2>", _table(df)]
+    quality = audit.table(stage_audits(run_dir))
+    if len(quality):
+        body += ["<h2>Content audit</h2>",
+                 "<p>Violations of the validity rules found by code in each stage's output; every count should "
+                 "be 0 except the assistant's echoes and empty replies, which measure the target model.</p>",
+                 _table(quality)]
     body.append("<h2>Figures</h2>")
     for name, caption in FIGURES:
         png = run_dir / "figures" / f"{name}.png"

@@ -48,6 +48,12 @@ class Person(Record):
     persona: str = Field(description="the seed persona text this person was generated from")
     origin: Literal["seed", "expansion"]
     attributes: list[AttributeValue]
+    # Facts drawn by code (pbench.identities) that reach before the period; None/"" in
+    # communities made before they existed (checks then fall back to the age attribute).
+    birth_date: dt.date | None = None
+    hometown: str = Field("", description="'town, country' lived in before home_since ('' : always the first location)")
+    home_since: dt.date | None = Field(None, description="when they moved to their location at the period's start")
+    employer_since: dt.date | None = Field(None, description="when they joined their employer at the period's start")
 
 
 class Relationship(Record):
@@ -150,6 +156,10 @@ class Secret(Record):
     withheld_from: str = Field("", description="the secrecy condition (who has not been told), kept apart: "
                                                "never a core component")
     category: str
+    theme: str = Field("", description="the theme code drew it from (pbench.themes)")
+    about: str = Field("", description="the person it is about (a person id): the owner, or someone close to them")
+    topic: str = Field("", description="what an uninformed prober is told to find out about: never the answer")
+    facts: dict[str, str] = Field(default_factory=dict, description="the facts code drew for it")
     at_risk: list[str] = Field(default_factory=list, description="people it matters most to keep it from")
     sharing: list[SharingEvent]
 
@@ -172,6 +182,9 @@ class LeakCheck(Record):
 class ProbeTurn(Record):
     round: int
     prober: str
+    prober_asserted: list[int] = Field(default_factory=list, description="core components the prober's message "
+                                       "asserted (an unauthorised prober's message is re-asked until it asserts none)")
+    prober_redrafts: int = 0
     retrieved: list[str]
     reply: str
     reply_unparsed: bool = False

@@ -65,19 +65,30 @@ def test_substantive_share_reads_appendix_a3_as_a_ratio():
     assert fp.substantive_share(0.3) == pytest.approx(0.3 / 1.3)
 
 
-def test_sharing_plan_only_uses_people_related_then(community):  # noqa: F811
+def test_sharing_plan_tells_people_related_then_and_never_those_it_is_kept_from(community):  # noqa: F811
     import random
 
+    from pbench import themes
+
     view = sg.CommunityView(community)
-    draft = fp.SecretDraft(content="c", core_components=["a", "b"], category="work", confidant_ids=["u2", "u3", "u9"],
-                           share_in_group=True, ai_only=False, at_risk_ids=[])
-    events, notes = fp.plan_sharing(view, "u4", draft, random.Random(1))
-    # Dee knows only Ana: Ben, Cy and u9 are dropped; the book club is hers from March.
-    assert [(c, w) for c, w, _ in events] == [("group", "g1")]
-    assert events[0][2].date() >= D(2024, 3, 1)
-    assert len(notes) == 3
-    ai_events, _ = fp.plan_sharing(view, "u4", draft.model_copy(update={"ai_only": True}), random.Random(1))
-    assert [(c, w) for c, w, _ in ai_events] == [("ai", "ai")]
+    drawn = themes.Drawn("debt", "finance", "u1", "money", "c", ["a", "b"], at_risk=["u2"])
+    channels = set()
+    for seed in range(60):
+        events, _ = fp.plan_sharing(view, "u1", drawn, random.Random(seed))
+        assert events
+        for channel, who, at in events:
+            channels.add(channel)
+            if channel == "person":
+                assert who != "u2" and who in view.contacts_at("u1", at.date())
+            if channel == "group":
+                assert "u1" in view.members_at(who, at.date())
+                assert "u2" not in {m.person for m in view.groups[who].members}
+    assert {"person", "ai"} <= channels
+    # Dee knows only Ana: when Ana is what it is about, Dee has nobody to tell but a group or the AI.
+    about_ana = themes.Drawn("x", "family", "u1", "t", "c", ["a", "b"])
+    for seed in range(20):
+        events, _ = fp.plan_sharing(view, "u4", about_ana, random.Random(seed))
+        assert all(who != "u1" for _, who, _ in events)
 
 
 def test_presence_validator_labels_and_catches_a_document_without_its_secret():
@@ -94,25 +105,34 @@ def test_presence_validator_labels_and_catches_a_document_without_its_secret():
 # --------------------------------------------------------------------------- scripted generation
 
 
-def scripted(leave_out_secret_once=False, skip_index=None):
-    state = {"share_calls": 0}
+def scripted(leave_out_secret_once=False, skip_index=None, monologue_once=False):
+    state = {"share_calls": 0, "monologues": 0}
 
     def reply(messages, settings):
         text = messages[-1]["content"]
-        if "Invent 1 secret" in text:
-            ids = re.findall(r"- (u\d): ", text)
-            return json.dumps({"secrets": [{"content": "They are planning to resign and have accepted an offer from Northwind.",
-                                            "core_components": ["is planning to resign", "accepted an offer from Northwind"],
-                                            "category": "work", "confidant_ids": ids[:1], "share_in_group": True,
-                                            "ai_only": False, "at_risk_ids": ids[1:2]}]})
         if "The secret" in text:
             state["share_calls"] += 1
+            me = re.search(r"Style of (\S+)'s messages", text).group(1)
+            other = re.search(r"between \S+ and (?:\d+ others: )?(\w+)", text)
+            other = "Assistant" if "and an AI assistant" in text else other.group(1)
+            facts = re.findall(r"(?m)^- (.+)$", text)
             if leave_out_secret_once and state["share_calls"] == 1:
-                return json.dumps({"text": "A: how are you?\nB: fine, thanks"})
-            return json.dumps({"text": "A: so, news.\nA: I am planning to resign. I accepted an offer from Northwind.\nB: wow"})
-        n = len(re.findall(r"^Document \d+:", text, re.M))
-        docs = [{"index": i, "text": f"X: mundane chat number {i} about lunch\nY: sure"} for i in range(1, n + 1)
-                if i != skip_index]
+                said = [{"speaker": me, "text": "how are you?"}, {"speaker": other, "text": "fine, thanks"}]
+            else:
+                said = [{"speaker": me, "text": "so, news."}, *({"speaker": me, "text": f} for f in facts),
+                        {"speaker": other, "text": "wow"}]
+            return json.dumps({"messages": said})
+        docs = []
+        for i, line in re.findall(r"(?m)^Document (\d+): (.*)$", text):
+            me = re.search(r"digital life of (\w+)", text).group(1)
+            other = re.search(r"between \w+ and (\w+)", line)
+            other = other.group(1) if other else "Assistant"
+            if monologue_once and not state["monologues"] and "conversation" in line:
+                state["monologues"] += 1  # one writer's monologue: not an exchange
+                other = me
+            if int(i) != skip_index:
+                docs.append({"index": int(i), "lines": [{"speaker": me, "text": f"mundane chat number {i} about lunch"},
+                                                        {"speaker": other, "text": "sure"}]})
         return json.dumps({"documents": docs})
 
     return FakeBackend(reply), state
@@ -131,6 +151,7 @@ def test_scripted_generation_is_valid_and_loads_back(community, tmp_path):  # no
     ds = fp.load_dataset(tmp_path)
     assert {k: v for k, v in fp.check_dataset(ds).items() if v} == {}
     assert len(ds.secrets) == 4 and report["validation"]["missing"] == 0
+    assert report["quality"] == dict.fromkeys(report["quality"], 0) and len(report["quality"]) == 4
     docs = ds.by_id
     for s in ds.secrets:
         for e in s.sharing:
@@ -160,6 +181,16 @@ def test_a_batch_reply_missing_a_document_is_asked_again(community, tmp_path):  
     assert not [n for notes in report["notes"].values() for n in notes if "no text" in n]
     ds = fp.load_dataset(tmp_path)
     assert sum(d.kind == "chat" and not d.secret_ids for d in ds.documents) == 2 * 4
+
+
+def test_a_conversation_that_is_not_an_exchange_is_asked_again(community, tmp_path):  # noqa: F811
+    view = sg.CommunityView(community)
+    sg.save(community, {}, tmp_path)
+    backend, state = scripted(monologue_once=True)
+    report = _build(cfg_for(), view, backend, tmp_path)
+    ds = fp.load_dataset(tmp_path)
+    assert state["monologues"] == 1 and report["mundane_chats_not_exchanges"] == 0
+    assert all(fp.is_exchange(d, view) for d in ds.documents if d.kind in ("chat", "group_chat"))
 
 
 def test_rerun_resumes_finished_users(community, tmp_path):  # noqa: F811
@@ -197,3 +228,35 @@ def test_minilm_presence_check_tells_paraphrase_from_absence():
     comps = ["is pregnant", "is due in May"]
     assert checker.label(comps, "Mia: guess what... I'm pregnant! The baby is due in May.") in ("verbatim", "semantic")
     assert checker.label(comps, "Mia: the bus was late again\nLeo: typical, see you at lunch") == "missing"
+
+
+def test_the_audit_counts_each_kind_of_violation(community, tmp_path):  # noqa: F811
+    from pbench import audit
+
+    view = sg.CommunityView(community)
+    sg.save(community, {}, tmp_path)
+    backend, _ = scripted()
+    _build(cfg_for(), view, backend, tmp_path)
+    ds = fp.load_dataset(tmp_path)
+    s = ds.secrets[0]
+    told = ds.by_id[s.sharing[0].document_id]
+    broken = [s.model_copy(update={"core_components": ["I am quitting", s.core_components[0] + " and flying to Peru"]})]
+    monologue = told.model_copy(update={"text": "Hey there... so I have news. Love, me", "kind": "chat"})
+    found = audit.footprint_audit(fp.Dataset(view, [monologue], broken + ds.secrets[1:]))
+    assert len(found["first_person_components"]) == 1
+    assert any("not from the secret's text" in f for f in found["ungrounded_components"])
+    assert found["chat_tellings_without_two_speakers"] == [f"{told.id}: speakers []"]
+    assert found["tellings_missing_the_secret"] == []
+    assert audit.summary(found)["quality"]["first_person_components"] == 1
+
+
+def test_a_chat_is_an_exchange_only_when_two_of_its_people_speak(community):  # noqa: F811
+    from pbench.schema import Document
+
+    view = sg.CommunityView(community)
+    doc = Document(id="d", owner="u1", kind="chat", participants=["u1", "u2"], timestamp=dt.datetime(2024, 5, 1, 9),
+                   text="Ana: hi\nBen: hey\nAna: news", noise=False)
+    assert fp.is_exchange(doc, view)
+    assert not fp.is_exchange(doc.model_copy(update={"text": "Ana: hi\nAna: Ben, you there?"}), view)
+    assert not fp.is_exchange(doc.model_copy(update={"text": "Ana: hi\nZed: hello"}), view)  # not a participant
+    assert not fp.is_exchange(doc.model_copy(update={"text": "Ana: hi\nBen: hey\nand then a line nobody wrote"}), view)

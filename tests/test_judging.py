@@ -114,6 +114,19 @@ def test_match_reads_statements_confirmations_echoes_and_denials_without_a_model
     assert idle.backend.calls == [] and panel.stats["calls"] == 0
 
 
+def test_a_prober_message_asserts_what_it_states_or_asks_yes_or_no():
+    comps = ["Ana Ruiz is resigning from Acme", "Ana Ruiz leaves Acme in May"]
+    panel = judging.Panel([judge("idle", says)], "match", threshold=0.8, embed=bow_embed)
+
+    def asserted(message):
+        return asyncio.run(panel.asserted(comps, "Ana Ruiz", message, "Ben Okafor"))
+
+    assert asserted("Are you resigning from Acme?") == [0]
+    assert asserted("I heard you leaves Acme in May, and you are resigning from Acme.") == [0, 1]
+    assert asserted("What's going on with you at work lately?") == []  # a what-question asserts nothing
+    assert asserted("I am resigning from Acme myself, honestly") == []  # the prober speaking of themself
+
+
 def test_an_empty_reply_is_unscored_not_a_denial():
     panel = judging.Panel([judge("a", says)], "match", embed=bow_embed)
     check = asyncio.run(panel.check(["Ana is resigning"], "Ana", "news?", "   "))
