@@ -5,9 +5,14 @@ personas (``pbench/data/personas.jsonl`` or ``community.personas_path``). Writes
 ``community.json`` (people with dated attributes, relationships, groups, the period, and
 every change code made to what the generator proposed) and ``community.graphml``.
 
-The generator proposes (profiles, relationships among the seeds, new members anchored to
-existing ones, groups); code dates everything, checks it and repairs or rejects it. Who may
-know what at a date is computed from ``CommunityView``, never asked of a model.
+Code owns the facts, the generator writes prose about them. ``pbench.identities`` draws each
+person's name, birth date, town and employer (seeded by the run's seed and the person's id; a
+seed persona's own words win for age, gender, town, retired, student). The generator writes
+occupations, interests, styles and life events, proposes how the seeds know each other, and
+writes newcomers' personas from given facts. Code fits every bond to the facts (a kind they do
+not support becomes one they do), dates it (``bond_windows``), writes its story from the facts
+(``story``), checks and repairs (``check``, ``repair``) and audits the content (``audit``). Who
+may know what at a date is computed from ``CommunityView``, never asked of a model.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import datetime as dt
 import json
 import random
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,8 +30,10 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel
 
-from pbench import figures, prompts, store
+from pbench import audit as audits  # the shared format of every stage's content audit
+from pbench import figures, identities, prompts, store
 from pbench.config import RunConfig
+from pbench.identities import Identity, add_years, age_on
 from pbench.schema import (
     PERMANENT_KINDS,
     PLACE_KINDS,
@@ -77,22 +85,17 @@ def load_personas(path: str | Path | None = None) -> list[dict[str, str]]:
 # --------------------------------------------------------------------------- generator drafts
 
 
+# The generator drafts prose fields only: names, ages, places, employers and dates are code's
+# (pbench.identities), so the drafts do not ask for them (extra keys in a reply are ignored).
 class LifeEventDraft(BaseModel):
     kind: Literal["new_job", "move", "graduation", "none"]
     month: int
     new_occupation: str
-    new_employer: str
-    new_location: str
     new_education: str
 
 
 class ProfileDraft(BaseModel):
-    name: str
-    age: int
-    gender: str
     occupation: str
-    employer: str
-    location: str
     education: str
     interests: list[str]
     beliefs: str
@@ -106,8 +109,6 @@ class RelationshipDraft(BaseModel):
     a: str
     b: str
     kind: RelationshipKind
-    since_year: int
-    why: str
 
 
 class SeedRelationships(BaseModel):
@@ -117,8 +118,6 @@ class SeedRelationships(BaseModel):
 class NewMemberDraft(BaseModel):
     persona: str
     profile: ProfileDraft
-    since_year: int
-    why: str
 
 
 class GroupDraft(BaseModel):
@@ -212,30 +211,50 @@ def norm(value: str) -> str:
     return " ".join(value.lower().split())
 
 
-def build_person(
-    pid: str, draft: ProfileDraft, persona: str, origin: str, start: dt.date, end: dt.date, changes: list[Change]
-) -> Person:
-    """Turn a profile draft into a person with dated attributes (one life event at most)."""
+def build_person(pid: str, identity: Identity, draft: ProfileDraft, persona: str, origin: str, start: dt.date,
+                 end: dt.date, changes: list[Change], rng: random.Random) -> Person:
+    """A person with dated attributes: the identity's facts, the draft's prose, one life event at most.
+
+    Args:
+        identity: the facts code drew (name, age, gender, place, employer).
+        draft: what the generator wrote (occupation, interests, styles, a life event).
+        rng: this person's own generator (draws a new employer or town for a life event).
+    """
     static = {
-        "age": str(draft.age),
-        "gender": draft.gender,
+        "age": str(identity.age),
+        "gender": identity.gender,
         "interests": ", ".join(i.strip() for i in draft.interests if i.strip()),
         "beliefs": draft.beliefs,
         "texting_style": draft.texting_style,
         "blogging_style": draft.blogging_style,
         "shopping_preferences": draft.shopping_preferences,
     }
-    initial = {"occupation": draft.occupation, "employer": draft.employer, "location": draft.location,
-               "education": draft.education}
+    occupation = draft.occupation.strip() or identity.status
+    if identity.status == "child":
+        occupation = "none (a young child)"
+    initial = {"occupation": occupation, "employer": identity.employer, "location": identity.location,
+               "education": identity.education or draft.education}
     ev = draft.life_event
-    new = {
-        "new_job": {"occupation": ev.new_occupation, "employer": ev.new_employer},
-        "move": {"location": ev.new_location},
-        "graduation": {"education": ev.new_education, "occupation": ev.new_occupation},
-        "none": {},
-    }[ev.kind]
+    new: dict[str, str] = {}
+    region = identities.REGIONS[identity.country]
+    if ev.new_occupation and ((norm(identity.employer) not in NO_VALUE and norm(identity.employer) in norm(ev.new_occupation))
+                              or scrub_names(ev.new_occupation, "", [])[1]):
+        changes.append(Change(check="life_event", record=pid, action=f"new occupation {ev.new_occupation!r} names "
+                                                                      "an employer or a person: occupation kept"))
+        ev = ev.model_copy(update={"new_occupation": ""})
+    if ev.kind == "new_job":
+        if identity.status in ("retired", "child") or identity.age < 16:
+            changes.append(Change(check="life_event", record=pid, action=f"new_job for a {identity.age}-year-old "
+                                                                          f"{identity.status}: ignored"))
+        else:  # the new employer is drawn by code, like the first
+            new = {"occupation": ev.new_occupation, "employer": identities.draw_employer(region, rng)}
+    elif ev.kind == "move":
+        towns = [c for c in region.cities if c != identity.city]
+        new = {"location": f"{rng.choice(towns)}, {identity.country}"} if towns else {}
+    elif ev.kind == "graduation":
+        new = {"education": ev.new_education, "occupation": ev.new_occupation}
     new = {k: v.strip() for k, v in new.items() if v.strip() and norm(v) != norm(initial[k])}
-    if ev.kind != "none" and not new:
+    if ev.kind != "none" and not new and not any(c.record == pid and c.check == "life_event" for c in changes):
         changes.append(Change(check="life_event", record=pid, action=f"{ev.kind} without a new value: ignored"))
     when = month_date(start, end, ev.month)
     if new and not 1 <= ev.month <= months_in(start, end):
@@ -247,7 +266,10 @@ def build_person(
             attrs.append(AttributeValue(name=k, value=new[k], valid_from=when, valid_to=end))
         else:
             attrs.append(AttributeValue(name=k, value=v, valid_from=start, valid_to=end))
-    return Person(id=pid, name=draft.name.strip(), persona=persona, origin=origin, attributes=attrs)
+    hometown = "" if identity.hometown == identity.location else identity.hometown
+    return Person(id=pid, name=identity.name, persona=persona, origin=origin, attributes=attrs,
+                  birth_date=identity.birth_date, hometown=hometown, home_since=identity.home_since,
+                  employer_since=identity.employer_since)
 
 
 def _intervals(view: CommunityView, pid: str, attr: str) -> list[tuple[dt.date, dt.date, str]]:
@@ -270,6 +292,256 @@ def shared_intervals(view: CommunityView, a: str, b: str, attr: str) -> list[tup
         else:
             merged.append((lo, hi))
     return merged
+
+
+# --------------------------------------------------------------------------- facts over a lifetime
+# One home for the rules that tie a bond to the people's facts: the generator dates bonds with
+# them, repairs kinds with them, and ``audit`` checks a finished community against them.
+
+FAR_PAST = dt.date(1900, 1, 1)
+MIN_AGE = {"family": 0, "neighbour": 0, "classmate": 5, "friend": 12, "hobby_friend": 12, "acquaintance": 12,
+           "partner": 18, "colleague": 18, "manager": 18, "business_partner": 18}
+WORK_AGE_MAX = 70
+CLASSMATE_GAP_DAYS = 3 * 366
+REMOTE_WORDS = ("online",)  # a story that says how two people who never shared a town met
+
+
+def birth_of(view: CommunityView, pid: str) -> dt.date | None:
+    """The person's birth date (from the ``age`` attribute when none was drawn: the latest it can be)."""
+    p = view.people[pid]
+    if p.birth_date is not None:
+        return p.birth_date
+    age = view.attributes_at(pid, view.period[0]).get("age", "").strip()
+    return add_years(view.period[0], -int(age)) if age.isdigit() else None
+
+
+def life_timeline(view: CommunityView, pid: str, attr: str) -> list[tuple[dt.date, dt.date, str]]:
+    """``location`` or ``employer`` over a life: before the period from the person's drawn facts
+    (home town, ``home_since``, ``employer_since``), then the dated attribute."""
+    p = view.people[pid]
+    start = view.period[0]
+    born = birth_of(view, pid) or FAR_PAST
+    hist = view.attribute_history(pid, attr)
+    out: list[tuple[dt.date, dt.date, str]] = []
+    if hist:
+        first = hist[0].value
+        since = born
+        if attr == "location" and p.hometown and p.home_since and born < p.home_since <= start \
+                and norm(p.hometown) != norm(first):
+            out.append((born, p.home_since - DAY, p.hometown))
+            since = p.home_since
+        elif attr == "employer":
+            since = p.employer_since or (add_years(born, 18) if norm(first) not in NO_VALUE else start)
+        if since < start:
+            out.append((since, start - DAY, first))
+    return out + [(a.valid_from, a.valid_to, a.value) for a in hist]
+
+
+def value_at(view: CommunityView, pid: str, attr: str, t: dt.date) -> str:
+    """The person's ``location`` or ``employer`` on day ``t`` ('' when unknown)."""
+    return next((v for f, to, v in life_timeline(view, pid, attr) if f <= t <= to), "")
+
+
+def _merge(spans: list[tuple[dt.date, dt.date]]) -> list[tuple[dt.date, dt.date]]:
+    merged: list[tuple[dt.date, dt.date]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1] + DAY:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def shared_spans(view: CommunityView, a: str, b: str, attr: str) -> list[tuple[dt.date, dt.date]]:
+    """Days in their lives on which ``a`` and ``b`` held the same real ``location`` or ``employer``."""
+    out = []
+    for fa, ta, va in life_timeline(view, a, attr):
+        for fb, tb, vb in life_timeline(view, b, attr):
+            if norm(va) == norm(vb) and norm(va) not in NO_VALUE and max(fa, fb) <= min(ta, tb):
+                out.append((max(fa, fb), min(ta, tb)))
+    return _merge(out)
+
+
+def bond_windows(view: CommunityView, kind: str, a: str, b: str) -> list[tuple[dt.date, dt.date]]:
+    """The days on which a bond of ``kind`` between ``a`` and ``b`` may start, by their facts.
+
+    Family: the younger one's birth. Partner, business partner: both 18 or older. Colleague,
+    manager: a shared employer, both 18 to 70. Classmates: at most 3 years apart, from school
+    age to 18. Every kind but family: a town they both lived in at that time.
+
+    Returns:
+        Disjoint (first, last) spans; empty when the facts do not support the kind.
+    """
+    ba, bb = birth_of(view, a), birth_of(view, b)
+    ps, pe = view.period
+    if ba is None or bb is None:
+        return [(FAR_PAST, pe)]  # nothing known to check against
+    if kind == "family":
+        return [(max(ba, bb), max(ba, bb))]
+    lo = max(add_years(ba, MIN_AGE[kind]), add_years(bb, MIN_AGE[kind]))
+    hi = pe
+    if kind in WORK_KINDS:
+        if max(age_on(ba, ps), age_on(bb, ps)) > WORK_AGE_MAX:
+            return []
+        spans = shared_spans(view, a, b, "employer")
+    else:
+        if kind == "classmate":
+            if abs((ba - bb).days) > CLASSMATE_GAP_DAYS:
+                return []
+            hi = min(add_years(ba, 19), add_years(bb, 19)) - DAY
+        spans = shared_spans(view, a, b, "location")
+    return [(max(f, lo), min(t, hi)) for f, t in spans if max(f, lo) <= min(t, hi)]
+
+
+def date_bond(view: CommunityView, kind: str, a: str, b: str, rng: random.Random, latest: dt.date,
+              earliest: dt.date = FAR_PAST) -> tuple[dt.date, bool] | None:
+    """A start date the facts support, from ``earliest`` to ``latest``, and whether they met at a
+    distance (acquaintances who never shared a town meet online). None: the facts do not support ``kind``."""
+    wins = [(max(f, earliest), min(t, latest)) for f, t in bond_windows(view, kind, a, b)
+            if max(f, earliest) <= min(t, latest)]
+    remote = False
+    if not wins and kind == "acquaintance":
+        ba, bb = birth_of(view, a) or FAR_PAST, birth_of(view, b) or FAR_PAST
+        lo = max(add_years(ba, MIN_AGE[kind]), add_years(bb, MIN_AGE[kind]), add_years(latest, -15))
+        wins, remote = ([(lo, latest)] if lo <= latest else []), True
+    if not wins:
+        return None
+    k = rng.randrange(sum((t - f).days + 1 for f, t in wins))
+    for f, t in wins:
+        if k <= (t - f).days:
+            return f + dt.timedelta(days=k), remote
+        k -= (t - f).days + 1
+    raise AssertionError("unreachable")
+
+
+FALLBACK_KINDS = ("friend", "acquaintance")
+
+
+def fit_kind(view: CommunityView, kind: str, a: str, b: str, rng: random.Random,
+             latest: dt.date) -> tuple[str, dt.date, bool] | None:
+    """``kind`` if the facts support it, else the first of friend, acquaintance that they do:
+    (kind, start, met at a distance), or None when none fits."""
+    for k in dict.fromkeys((kind, *FALLBACK_KINDS)):
+        got = date_bond(view, k, a, b, rng, latest)
+        if got is not None:
+            return k, *got
+    return None
+
+
+def _town(location: str) -> str:
+    return location.split(",")[0].strip() or "their town"
+
+
+def _first(view: CommunityView, pid: str) -> str:
+    return view.name(pid).split()[0]
+
+
+def _shared_interest(view: CommunityView, a: str, b: str, t: dt.date) -> str:
+    def interests(pid: str) -> list[str]:
+        return [i.strip() for i in view.attributes_at(pid, t).get("interests", "").split(",") if i.strip()]
+    common = [i for i in interests(a) if norm(i) in {norm(j) for j in interests(b)}] or interests(a)
+    safe = [i for i in common if not re.search(r"\d|[A-Z]", i)]  # no dates, places or names in a hobby
+    return safe[0] if safe else "a shared hobby"
+
+
+def story(view: CommunityView, r: Relationship) -> str:
+    """How two people know each other, written from the facts only: the kind, their towns and
+    employer when the bond started, and its start year (a template per kind, see ``audit``)."""
+    a, b, t, year = _first(view, r.a), _first(view, r.b), r.start, r.start.year
+    ca, cb = _town(value_at(view, r.a, "location", t)), _town(value_at(view, r.b, "location", t))
+    emp = value_at(view, r.a, "employer", t)
+    if r.kind == "family":
+        ba, bb = birth_of(view, r.a) or t, birth_of(view, r.b) or t
+        young, old = (a, b) if ba >= bb else (b, a)
+        return f"{a} and {b} are family: {young} has known {old} since being born in {year}."
+    if norm(value_at(view, r.a, "location", t)) != norm(value_at(view, r.b, "location", t)):
+        return f"{a} and {b} got to know each other online in {year}; {a} lived in {ca} then, {b} in {cb}."
+    return {
+        "partner": f"{a} and {b} met in {ca} and have been partners since {year}.",
+        "colleague": f"{a} and {b} have worked together at {emp} in {ca} since {year}.",
+        "manager": f"{a} has been {b}'s manager at {emp} in {ca} since {year}.",
+        "neighbour": f"{a} and {b} have been neighbours in {ca} since {year}.",
+        "classmate": f"{a} and {b} were in the same class at school in {ca} from {year}.",
+        "friend": f"{a} and {b} became friends in {ca} in {year}.",
+        "hobby_friend": f"{a} and {b} met through {_shared_interest(view, r.a, r.b, max(t, view.period[0]))} "
+                        f"in {ca} in {year} and have been friends since.",
+        "business_partner": f"{a} and {b} have run a business together in {ca} since {year}.",
+        "acquaintance": f"{a} and {b} have known each other around {ca} since {year}.",
+    }[r.kind]
+
+
+# --------------------------------------------------------------------------- content audit
+
+AUDIT_KINDS = ("placeholder_names", "duplicate_names", "relationship_dates", "relationship_ages",
+               "relationship_places", "relationship_stories")
+YEAR = re.compile(r"\b(1[89]\d\d|20\d\d)\b")
+
+
+def _within(spans: list[tuple[dt.date, dt.date]], lo: dt.date, hi: dt.date) -> bool:
+    return any(f <= lo and hi <= t for f, t in spans)
+
+
+def audit(community: Community) -> dict[str, list[str]]:
+    """Content checks of stage 01: are the people and bonds believable, and do stories fit facts?
+
+    Returns:
+        ``{kind: ["record: problem", ...]}`` for placeholder_names, duplicate_names,
+        relationship_dates, relationship_ages, relationship_places, relationship_stories.
+    """
+    view = CommunityView(community)
+    ps, pe = community.period_start, community.period_end
+    out: dict[str, list[str]] = {k: [] for k in AUDIT_KINDS}
+    for p in community.people:
+        if identities.is_placeholder(p.name):
+            out["placeholder_names"].append(f"{p.id}: {p.name!r} is a placeholder")
+        if re.search(r"\b(john|jane)\s+(doe|smith)\b", p.persona, re.I):
+            out["placeholder_names"].append(f"{p.id}: the persona names a placeholder")
+    for name, n in Counter(p.name for p in community.people).items():
+        if n > 1:
+            out["duplicate_names"].append(f"{name}: {n} people")
+    places = identities.all_places()
+    for r in community.relationships:
+        if r.a not in view.people or r.b not in view.people or r.a == r.b:
+            continue
+        ba, bb = birth_of(view, r.a), birth_of(view, r.b)
+        if ba and bb:
+            if r.start < max(ba, bb):
+                out["relationship_dates"].append(f"{r.id}: {r.kind} starts {r.start}, before "
+                                                 f"{r.a if ba > bb else r.b} was born ({max(ba, bb)})")
+            elif r.kind == "family" and r.start != max(ba, bb):
+                out["relationship_dates"].append(f"{r.id}: family from {r.start}, not from the younger one's birth")
+            if r.kind in ("partner", *WORK_KINDS) and min(age_on(ba, r.start), age_on(bb, r.start)) < 18:
+                out["relationship_ages"].append(f"{r.id}: {r.kind} with someone under 18 at the start")
+            if r.kind in WORK_KINDS and max(age_on(ba, max(r.start, ps)), age_on(bb, max(r.start, ps))) > WORK_AGE_MAX:
+                out["relationship_ages"].append(f"{r.id}: {r.kind} with someone over {WORK_AGE_MAX}")
+            if r.kind == "classmate" and abs((ba - bb).days) > CLASSMATE_GAP_DAYS:
+                out["relationship_ages"].append(f"{r.id}: classmates more than 3 years apart")
+        last = min(r.end or pe, pe)
+        homes = shared_spans(view, r.a, r.b, "location")
+        if r.kind in PLACE_KINDS and not _within(homes, r.start, last):
+            out["relationship_places"].append(f"{r.id}: neighbours who do not share a town from {r.start} to {last}")
+        if r.kind in WORK_KINDS and not _within(shared_spans(view, r.a, r.b, "employer"), r.start, last):
+            out["relationship_places"].append(f"{r.id}: {r.kind} without a shared employer from {r.start} to {last}")
+        if r.kind != "family" and not homes and not any(w in r.why.lower() for w in REMOTE_WORDS):
+            out["relationship_places"].append(f"{r.id}: {r.kind} of people who never lived in the same town")
+        # The story may name the two people, the start year and the towns they lived in.
+        years = {int(y) for y in YEAR.findall(r.why)} - {r.start.year}
+        if years:
+            out["relationship_stories"].append(f"{r.id}: names {sorted(years)}, the bond starts in {r.start.year}")
+        lived = {norm(_town(v)) for pid in (r.a, r.b) for _, _, v in life_timeline(view, pid, "location")}
+        for town in places:
+            if re.search(rf"(?<![\w-]){re.escape(town)}(?![\w-])", r.why) and norm(town) not in lived:
+                out["relationship_stories"].append(f"{r.id}: names {town}, where neither lived")
+        own = {tok for pid in (r.a, r.b) for tok in view.name(pid).split()}
+        for q in community.people:
+            if q.id in (r.a, r.b):
+                continue
+            first = q.name.split()[0]
+            if q.name in r.why or (first not in own and re.search(rf"\b{re.escape(first)}\b", r.why)):
+                out["relationship_stories"].append(f"{r.id}: names {q.name}, who is not part of it")
+        if re.search(r"\b(john|jane)\s+(doe|smith)\b", r.why, re.I):
+            out["relationship_stories"].append(f"{r.id}: names a placeholder")
+    return out
 
 
 # --------------------------------------------------------------------------- checks
@@ -467,7 +739,8 @@ def _bind_to_shared(view: CommunityView, r: Relationship, rng: random.Random, ch
     if new_end < end and rng.random() < 0.5:
         # People who stop working together often stay in touch: the bond changes kind.
         out.append(Relationship(id=f"{r.id}b", a=r.a, b=r.b, kind="friend", permanent=False, start=new_end + DAY,
-                                end=end, why=f"stayed in touch after no longer sharing a {attr}", source="evolution"))
+                                end=end, source="evolution",
+                                why=f"stayed in touch after no longer sharing {'an employer' if attr == 'employer' else 'a town'}"))
         changes.append(Change(check=attr, record=r.id, action=f"after {new_end}: continues as friend ({r.id}b)"))
     return out
 
@@ -514,10 +787,14 @@ def _connect(community: Community, rng: random.Random, changes: list[Change]) ->
     rels = list(community.relationships)
     main = sorted(parts[0]) if parts else []
     for comp in parts[1:]:
-        a, b = sorted(comp)[0], rng.choice(main)
+        # Prefer a pair that shared a town (an acquaintance the facts support), else one met online.
+        pairs = [(x, y) for x in sorted(comp) for y in main if shared_spans(view, x, y, "location")]
+        a, b = rng.choice(pairs) if pairs else (sorted(comp)[0], rng.choice(main))
         rid = f"r{len(rels) + 1}x"
-        rels.append(Relationship(id=rid, a=a, b=b, kind="acquaintance", permanent=False, start=community.period_start,
-                                 end=community.period_end, why="met through the community", source="repair"))
+        got = date_bond(view, "acquaintance", a, b, rng, community.period_start)
+        rel = Relationship(id=rid, a=a, b=b, kind="acquaintance", permanent=False,
+                           start=got[0] if got else community.period_start, end=community.period_end, source="repair")
+        rels.append(rel.model_copy(update={"why": story(view, rel)}))
         changes.append(Change(check="reachable", record=rid, action=f"{a} was unreachable: linked to {b} as acquaintances"))
         main += sorted(comp)
     return community.model_copy(update={"relationships": rels})
@@ -527,7 +804,7 @@ def _connect(community: Community, rng: random.Random, changes: list[Change]) ->
 
 
 EXPANSION_KINDS = {  # kind -> (weight, how the prompt phrases it)
-    "family": (3, "a family member (sibling, parent, child or cousin)"),
+    "family": (3, "a family member"),
     "partner": (1, "the romantic partner"),
     "friend": (3, "a close friend"),
     "colleague": (3, "a colleague at the same employer"),
@@ -535,15 +812,151 @@ EXPANSION_KINDS = {  # kind -> (weight, how the prompt phrases it)
     "neighbour": (2, "a neighbour"),
     "hobby_friend": (2, "a friend from a shared hobby"),
 }
+FAMILY_TIES = {"an older sibling": (1, 8), "a younger sibling": (-8, -1), "a parent": (22, 38), "a child": (-38, -22),
+               "a cousin": (-10, 10)}
+NEWCOMER_MIN_AGE = 16  # newcomers are old enough to have a digital footprint of their own
+ELSEWHERE = 0.25  # share of newcomers (family and friends) who live outside the community's town
 
 
 def _summary(pid: str, person: Person, t: dt.date) -> dict[str, str]:
     attrs = {a.name: a.value for a in person.attributes if a.active(t)}
-    return {"id": pid, "name": person.name, **{k: attrs.get(k, "") for k in ("age", "occupation", "employer", "location", "interests")}}
+    return {"id": pid, "name": person.name,
+            **{k: attrs.get(k, "") for k in ("age", "gender", "occupation", "employer", "location", "interests")}}
+
+
+def _pid(ref: str) -> str:
+    m = re.fullmatch(r"\s*u0*(\d+)\s*", ref)
+    return f"u{int(m.group(1)):02d}" if m else ref
+
+
+def _location_at(person: Person, t: dt.date) -> str:
+    return next((a.value for a in person.attributes if a.name == "location" and a.active(t)), "")
+
+
+def _split_location(location: str) -> tuple[str, str]:
+    town, _, country = location.rpartition(", ")
+    return town, country
+
+
+def _facts_for_prompt(ident: Identity) -> dict[str, str]:
+    status = {"working": "works", "retired": "retired", "student": "in education", "child": "a young child"}
+    employer = {"none": "no employer", "self-employed": "self-employed"}.get(ident.employer, ident.employer)
+    return {"age": str(ident.age), "gender": ident.gender, "location": ident.location, "employer": employer,
+            "status": status[ident.status]}
+
+
+KIN_WORDS = {"husband", "wife", "partner", "son", "daughter", "brother", "sister", "mother", "father", "friend",
+             "colleague", "cousin", "neighbour", "neighbor", "manager", "boss", "named", "called", "niece", "nephew",
+             "aunt", "uncle", "grandson", "granddaughter", "boyfriend", "girlfriend"}
+NOT_NAMES = {"She", "He", "They", "The", "A", "An", "In", "At", "On", "Her", "His", "Will", "May", "June", "April",
+             "August", "Grace", "Hope", "Faith", "Joy", "Rose", "Summer", "Dawn", "Christian", "Mark", "Art", "Bill",
+             "Sunny", "Lake", "River", "Sky", "Royal", "King", "Major", "Long", "Young", "Black", "White", "Brown",
+             "Green", "Gold", "Frank", "Georgia", "Jordan", "Chelsea", "Sunday", "Friday", "Monday", "Saturday",
+             "English", "Spanish", "French", "German", "Premier", "League", "Church", "Catholic", "Muslim"}
+WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+
+
+def _capitalised(word: str) -> bool:
+    return word[0].isupper() and word[1:] == word[1:].lower() and len(word) > 1
+
+
+def scrub_names(text: str, subject: str, keep: Iterable[str]) -> tuple[str, list[str]]:
+    """Remove names the generator wrote into prose that are not code's: "her husband Tom" loses
+    "Tom", "a boy named Alex" becomes "a boy", a name opening a sentence (or a placeholder such as
+    John Doe) becomes ``subject``, any other becomes "someone". A single capitalised first name counts only where it acts as one
+    ("Maria loves", "Maria's", "Maria,"), so that words like "Grace" in prose stay.
+
+    Returns:
+        The text and the names it replaced.
+    """
+    keep_tokens = {t for n in (subject, *keep) for t in WORD.findall(n)}
+    place_tokens = {t for p in (*identities.all_places(), *identities.REGIONS) for t in p.split()}
+    firsts = identities.first_names()
+    found: list[str] = []
+
+    def placeholder(m: re.Match) -> str:
+        found.append(m.group(0))
+        return subject
+
+    text = re.sub(r"\b(John|Jane)\s+(Doe|Smith)\b", placeholder, text)
+    words = list(WORD.finditer(text))
+    out, pos, i = [], 0, 0
+    while i < len(words):
+        m = words[i]
+        first = m.group(0)
+        if (not _capitalised(first) or first in keep_tokens or first in NOT_NAMES or first in place_tokens
+                or first not in firsts):
+            i += 1
+            continue
+        last = words[i + 1] if i + 1 < len(words) and text[m.end():words[i + 1].start()].isspace() else None
+        if last is not None and (not _capitalised(last.group(0)) or last.group(0) in place_tokens
+                                 or last.group(0) in NOT_NAMES or last.group(0) in keep_tokens):
+            last = None
+        kin = words[i - 1].group(0).lower() if i and text[words[i - 1].end():m.start()].isspace() else ""
+        kin = kin if kin in KIN_WORDS else ""
+        end = last.end() if last else m.end()
+        if not last and not kin and not re.match(r"('s|,|\s+(is|was|works|lives|has|runs|loves|enjoys)\b)", text[end:]):
+            i += 1
+            continue
+        found.append(text[m.start():end])
+        if kin in ("named", "called"):  # "a boy named Alex" -> "a boy"
+            out.append(text[pos:words[i - 1].start()])
+        elif kin:  # "her husband Tom" -> "her husband"
+            out.append(text[pos:m.start()])
+        else:  # the subject of a sentence is the person described; anyone else is "someone"
+            at_start = not text[:m.start()].strip() or text[:m.start()].rstrip()[-1] in ".!?;"
+            out.append(text[pos:m.start()] + (subject if at_start or not subject else "someone"))
+        pos = end
+        i += 2 if last else 1
+    out.append(text[pos:])
+    return " ".join("".join(out).split()).replace(" ,", ",").replace(" .", "."), found
+
+
+def fit_persona(text: str, ident: Identity, occupation: str) -> tuple[str, list[str]]:
+    """Make a persona the generator wrote agree with code's facts: its age, its town and country.
+
+    Returns:
+        The persona and what was changed.
+    """
+    said, fixed = identities.persona_facts(text), []
+    text = re.sub(r"\b([Aa]) ((8\d|11|18)-year-old)", lambda m: f"{m.group(1)}n {m.group(2)}", text)
+    if said.age is not None and said.age != ident.age:
+        article = "An" if str(ident.age).startswith("8") or ident.age in (11, 18) else "A"
+        text = re.sub(r"\b[Aa]n? \d{1,3}-year-old", f"{article} {ident.age}-year-old", text, count=1)
+        fixed.append(f"age {said.age} -> {ident.age}")
+    if (said.country and said.country != ident.country) or (said.city and said.city != ident.city):
+        # Sentences that name another place go; code states where they live.
+        places = [*identities.all_places(), *identities.REGIONS]
+        keep = [s for s in re.split(r"(?<=[.!?])\s+", text)
+                if not any(re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", s) for p in places)]
+        age = re.search(r"\b[Aa]n? \d{1,3}-year-old", keep[0]) if keep else None
+        head = "" if age else f"A {ident.age}-year-old {occupation} living in {ident.location}."
+        text = " ".join([head, *keep]).strip() if keep or head else text
+        fixed.append(f"place {said.city or said.country} -> {ident.location}")
+    if said.gender and said.gender != ident.gender:
+        text = swap_pronouns(text, ident.gender)
+        fixed.append(f"pronouns {said.gender} -> {ident.gender}")
+    return text, fixed
+
+
+def swap_pronouns(text: str, gender: str) -> str:
+    """Turn third-person pronouns to ``gender`` ("her" becomes "his" before a word, else "him")."""
+    def sub(m: re.Match) -> str:
+        word, low = m.group(1), m.group(1).lower()
+        if gender == "female":
+            new = {"he": "she", "his": "her", "him": "her", "himself": "herself"}.get(low, low)
+        else:
+            nxt = text[m.end():].lstrip()
+            possessive = bool(re.match(r"[a-z]", nxt)) and not re.match(r"(and|or|to|with|at|in|on|for)\b", nxt)
+            new = {"she": "he", "herself": "himself", "hers": "his",
+                   "her": "his" if possessive else "him"}.get(low, low)
+        return new.capitalize() if word[0].isupper() else new
+    return re.sub(r"\b(he|his|him|himself|she|her|hers|herself)\b", sub, text, flags=re.I)
 
 
 class Generator:
-    """Builds a community with the generator role. One instance per stage run.
+    """Builds a community: code plans the people and their facts, the generator role writes the
+    prose about them, code dates, checks and repairs. One instance per stage run.
 
     Args:
         cfg: the run's parameters.
@@ -560,6 +973,11 @@ class Generator:
         self.months = months_in(self.start, self.end)
         self.changes: list[Change] = []
         self.proposed: dict[str, int] = Counter()
+        self.region: tuple[str, str] = ("", "")  # the community's country and town
+
+    def _rng(self, *what: str) -> random.Random:
+        """A generator of its own for one job, seeded by the run's seed and the job's id."""
+        return random.Random(":".join((str(self.cfg.seed), *what)))
 
     async def _ask(self, stage_prompt: str, schema: type[BaseModel], seed: int, **variables: Any) -> Any:
         text = prompts.render("social_graph", stage_prompt, **variables)
@@ -568,18 +986,30 @@ class Generator:
             self.progress.update(1)
         return out
 
-    async def _profile(self, pid: str, personas: list[dict[str, str]], seed: int, setting: str) -> Person | None:
-        for attempt, persona in enumerate(personas):
+    def _seed_identities(self, candidates: list[dict[str, str]], pid: str, taken: set[str]) -> list[Identity]:
+        out = []
+        country, town = self.region
+        for k, persona in enumerate(candidates):
+            ident = identities.draw_identity(self.cfg.seed, f"{pid}.{k}", self.start, country=country, city=town,
+                                             facts=identities.persona_facts(persona["persona"]), taken=taken)
+            taken.add(ident.name)
+            out.append(ident)
+        return out
+
+    async def _profile(self, pid: str, candidates: list[tuple[dict[str, str], Identity]], seed: int) -> Person | None:
+        for attempt, (persona, ident) in enumerate(candidates):
             out = await self._ask("profile", ProfileDraft, seed + 1000 * attempt, persona=persona["persona"],
-                                  setting=setting, period_start=self.start, period_end=self.end, months=self.months)
+                                  facts=_facts_for_prompt(ident), period_start=self.start, period_end=self.end,
+                                  months=self.months)
             if not out.unparsed:
-                return build_person(pid, out.parsed, persona["persona"], "seed", self.start, self.end, self.changes)
+                return build_person(pid, ident, out.parsed, persona["persona"], "seed", self.start, self.end,
+                                    self.changes, self._rng(pid, "life"))
             self.changes.append(Change(check="unparsed", record=pid,
                                        action=f"profile for persona {persona['id']} unparsed ({out.error}): persona replaced"))
         return None
 
     async def generate(self) -> Community:
-        """Propose, date, check and repair a community of the configured size."""
+        """Plan, propose, date, check and repair a community of the configured size."""
         cc = self.cfg.community
         size = self.rng.randint(*cc.size)
         n_groups = self.rng.randint(*cc.groups)
@@ -587,33 +1017,59 @@ class Generator:
         if len(pool) < cc.initial_seed:
             raise ValueError(f"community.personas_path: {len(pool)} personas, fewer than initial_seed={cc.initial_seed}")
         order = self.rng.sample(pool, len(pool))
-        seeds, spare = order[: cc.initial_seed], order[cc.initial_seed:]
+        # The first seed sets where the community lives: drawn among the personas of a country
+        # that has enough of them for every seed, so that the community is of one region and the
+        # people from elsewhere are a minority (a persona's own place always wins). The other
+        # seeds come from the same town, then the same country, then anywhere.
+        country_of = {p["id"]: identities.persona_facts(p["persona"]).country for p in order}
+        counts = Counter(country_of.values())
+        enough = max(min(cc.initial_seed, max(counts.values())), 1)
+        order.sort(key=lambda p: not (country_of[p["id"]] and counts[country_of[p["id"]]] >= enough))
+        said = identities.persona_facts(order[0]["persona"])
+        country = said.country or sorted(identities.REGIONS)[self.rng.randrange(len(identities.REGIONS))]
+        self.region = (country, said.city or self.rng.choice(identities.REGIONS[country].cities))
+
+        def tier(p: dict[str, str]) -> int:
+            f = identities.persona_facts(p["persona"])
+            return 0 if (f.country, f.city) == self.region else 1 if f.country == country else 2
+
+        rest = sorted(order[1:], key=tier)
+        seeds, spare = [order[0], *rest[: cc.initial_seed - 1]], rest[cc.initial_seed - 1:]
         if self.progress is not None:
             self.progress.total = cc.initial_seed + 1 + (size - cc.initial_seed) + 1
             self.progress.refresh()
 
-        # 1. Profiles of the seed personas; an unparsable one takes a spare persona. The first
-        # seed sets where the community lives, so that the others can plausibly know them.
-        def job(i: int, setting: str):
-            return self._profile(f"u{i + 1:02d}", [seeds[i]] + spare[i::cc.initial_seed][:2], self.cfg.seed * 7919 + i, setting)
-
-        first = await job(0, "")
-        setting = next(a.value for a in first.attributes if a.name == "location") if first else ""
-        people = [p for p in [first, *await asyncio.gather(*(job(i, setting) for i in range(1, len(seeds))))] if p]
+        # 1. Identities by code (in a fixed order, so names stay unique), then profiles of the seed
+        # personas; an unparsable one takes a spare persona.
+        taken: set[str] = set()
+        plans = []
+        for i, persona in enumerate(seeds):
+            pid = f"u{i + 1:02d}"
+            cands = [persona] + spare[i::cc.initial_seed][:2]
+            plans.append((pid, list(zip(cands, self._seed_identities(cands, pid, taken)))))
+        made = await asyncio.gather(*(self._profile(pid, c, self.cfg.seed * 7919 + i) for i, (pid, c) in enumerate(plans)))
+        people = [p for p in made if p]
         if len(people) < 2:
             raise RuntimeError("the generator produced fewer than 2 seed profiles it could parse; see community changes")
 
-        # 2. Relationships among the seeds.
+        # 2. Relationships among the seeds: the generator proposes kinds, code checks and dates them.
         rels = await self._seed_relationships(people)
 
         # 3. Expansion: new people, each anchored to an existing member, in concurrent rounds.
+        # Code plans each newcomer (kind, identity) in order before the round's requests.
+        taken = {p.name for p in people}
         while len(people) < size:
-            anchors = self.rng.sample(people, min(len(people), size - len(people)))
-            jobs = [self._expand(a, f"u{len(people) + i + 1:02d}", people) for i, a in enumerate(anchors)]
-            made = [m for m in await asyncio.gather(*jobs) if m is not None]
-            if not made:
+            anchors = self._anchors(people, min(len(people), size - len(people)))
+            planned = []
+            for i, anchor in enumerate(anchors):
+                pid = f"u{len(people) + i + 1:02d}"
+                plan = self._plan_newcomer(anchor, pid, taken)
+                taken.add(plan[2].name)
+                planned.append((anchor, pid, *plan))
+            made_new = [m for m in await asyncio.gather(*(self._expand(*p) for p in planned)) if m is not None]
+            if not made_new:
                 break  # every proposal in this round was unparsable: stop short, recorded in changes
-            for person, rel in made:
+            for person, rel in made_new:
                 people.append(person)
                 rels.append(rel.model_copy(update={"id": f"r{len(rels) + 1}"}))
         if len(people) < size:
@@ -626,7 +1082,11 @@ class Generator:
                              groups=groups, changes=self.changes)
         self.found_before = {k: len(v) for k, v in check(proposed).items()}
         community, _ = repair(proposed, self.rng)
-        return community
+        # 5. Stories from the final facts (repair may have bounded a bond or changed its kind).
+        view = CommunityView(community)
+        rels = [r if r.source == "evolution" else r.model_copy(update={"why": story(view, r)})
+                for r in community.relationships]
+        return community.model_copy(update={"relationships": rels})
 
     async def _seed_relationships(self, people: list[Person]) -> list[Relationship]:
         out = await self._ask("relationships", SeedRelationships, self.cfg.seed * 31 + 1,
@@ -636,52 +1096,146 @@ class Generator:
             self.changes.append(Change(check="unparsed", record="seed relationships",
                                        action=f"unparsed ({out.error}): none proposed; reachability repair links the seeds"))
             return []
+        view = CommunityView(Community(period_start=self.start, period_end=self.end, people=people,
+                                       relationships=[], groups=[]))
         rels = []
         for i, d in enumerate(out.parsed.relationships, 1):
             self.proposed["relationships"] += 1
-            rels.append(self._relationship(f"r{i}", d.a, d.b, d.kind, d.since_year, d.why, "generator"))
+            rid = f"r{i}"
+            d = d.model_copy(update={"a": _pid(d.a), "b": _pid(d.b)})  # "u1" for "u01"
+            if d.a not in view.people or d.b not in view.people or d.a == d.b:  # repair drops it, counted
+                rels.append(Relationship(id=rid, a=d.a, b=d.b, kind=d.kind, permanent=d.kind in PERMANENT_KINDS,
+                                         start=self.start, end=None if d.kind in PERMANENT_KINDS else self.end))
+                continue
+            rel = self._dated(view, rid, d.a, d.b, d.kind, "generator", self.start)
+            if rel is not None:
+                rels.append(rel)
         return rels
 
-    def _relationship(self, rid: str, a: str, b: str, kind: str, since_year: int, why: str, source: str) -> Relationship:
-        year = min(max(since_year, 1900), self.end.year)
-        start = dt.date(year, 1, 1) + dt.timedelta(days=self.rng.randrange(365))
-        if source == "generator":
-            start = min(start, self.start)  # the seeds were asked how they know each other at the start
-        elif start >= self.start:  # a newcomer met during the period: somewhere in its first nine tenths
-            start = self.start + dt.timedelta(days=self.rng.randrange(max(int((self.end - self.start).days * 0.9), 1)))
-        if year != since_year:
-            self.changes.append(Change(check="dates", record=rid, action=f"since_year {since_year} implausible: {year}"))
-        permanent = kind in PERMANENT_KINDS
-        return Relationship(id=rid, a=a, b=b, kind=kind, permanent=permanent, start=start,
-                            end=None if permanent else self.end, why=why.strip(), source=source)
+    def _dated(self, view: CommunityView, rid: str, a: str, b: str, kind: str, source: str, latest: dt.date,
+               earliest: dt.date | None = None) -> Relationship | None:
+        """A bond of ``kind`` dated by the facts, or the nearest kind they support (recorded)."""
+        rng = self._rng(rid, a, b, kind)
+        got = None
+        if earliest is not None:  # met during the period, when the facts allow it
+            d = date_bond(view, kind, a, b, rng, latest, earliest)
+            got = (kind, *d) if d is not None and not d[1] else None
+        got = got or fit_kind(view, kind, a, b, rng, min(latest, self.start))
+        if got is None:
+            self.changes.append(Change(check="facts", record=rid, action=f"{kind} of {a} and {b}: no kind fits "
+                                                                          "their ages and places: dropped"))
+            return None
+        new_kind, start, _ = got
+        if new_kind != kind:
+            self.changes.append(Change(check="facts", record=rid, action=f"{kind} of {a} and {b} does not fit their "
+                                                                          f"ages, employers or towns: now {new_kind}"))
+        permanent = new_kind in PERMANENT_KINDS
+        rel = Relationship(id=rid, a=a, b=b, kind=new_kind, permanent=permanent, start=start,
+                           end=None if permanent else self.end, source=source)
+        return rel.model_copy(update={"why": story(view, rel)})
 
-    async def _expand(self, anchor: Person, pid: str, people: list[Person]) -> tuple[Person, Relationship] | None:
+    def _anchors(self, people: list[Person], n: int) -> list[Person]:
+        """``n`` distinct members to anchor newcomers to, three times likelier when they live in the
+        community's town (so that most of the community lives there)."""
+        home = ", ".join(reversed(self.region))
+        pool = list(people)
+        out = []
+        for _ in range(n):
+            weights = [3 if norm(_location_at(p, self.start)) == norm(home) else 1 for p in pool]
+            out.append(pool.pop(self.rng.choices(range(len(pool)), weights=weights)[0]))
+        return out
+
+    def _plan_newcomer(self, anchor: Person, pid: str, taken: set[str]) -> tuple[str, str, Identity]:
+        """Code's plan for one newcomer: the bond's kind, how the prompt words it, and an identity
+        that fits the bond (an age, a town, the anchor's employer for colleagues)."""
+        rng = self._rng(pid, "plan")
         kinds = list(EXPANSION_KINDS)
-        kind = self.rng.choices(kinds, weights=[EXPANSION_KINDS[k][0] for k in kinds])[0]
+        kind = rng.choices(kinds, weights=[EXPANSION_KINDS[k][0] for k in kinds])[0]
         now = {a.name: a.value for a in anchor.attributes if a.active(self.start)}
-        bound = {"employer": WORK_KINDS, "location": PLACE_KINDS}
-        if any(kind in kinds_ and norm(now[attr]) in NO_VALUE for attr, kinds_ in bound.items()):
-            kind = "friend"  # nobody to work beside or live next to
+        age_a = int(now["age"]) if now.get("age", "").isdigit() else 40
+        works = norm(now.get("employer", "")) not in NO_VALUE and 18 <= age_a <= WORK_AGE_MAX
+        if not {"colleague": works, "manager": works, "partner": age_a >= 18}.get(kind, True):
+            self.changes.append(Change(check="facts", record=pid, action=f"{kind} of {anchor.id} ({age_a}, employer "
+                                                                         f"{now.get('employer')!r}) does not fit: friend"))
+            kind = "friend"
+        hint, tie = EXPANSION_KINDS[kind][1], ""
+        if kind == "family":
+            # Everyone in the community has a digital footprint of their own: 16 or older.
+            ties = [t for t, (lo, hi) in FAMILY_TIES.items() if NEWCOMER_MIN_AGE <= age_a + hi and age_a + hi <= 95]
+            tie = rng.choice(ties)
+            lo, hi = FAMILY_TIES[tie]
+            age, hint = max(NEWCOMER_MIN_AGE, age_a + rng.randint(lo, hi)), tie
+        else:
+            lo, hi = {"partner": (max(18, age_a - 6), age_a + 6), "colleague": (max(18, age_a - 20), min(67, age_a + 20)),
+                      "manager": (max(25, age_a - 5), max(25, min(67, age_a + 15))),
+                      "neighbour": (max(18, age_a - 25), min(90, age_a + 25)),
+                      "friend": (max(NEWCOMER_MIN_AGE, age_a - 6), max(NEWCOMER_MIN_AGE, age_a + 6)),
+                      "hobby_friend": (max(NEWCOMER_MIN_AGE, age_a - 15), age_a + 15)}[kind]
+            age = rng.randint(lo, max(lo, hi))
+        gender = None
+        if kind == "partner":
+            gender = ({"female": "male", "male": "female"}.get(now.get("gender", ""), None)
+                      if rng.random() < 0.9 else now.get("gender"))
+        town, country = _split_location(now["location"])
+        origin = _split_location(anchor.hometown)[1] if anchor.hometown else country
+        if country not in identities.REGIONS:
+            country, town = self.region
+        city, hometown, moved_after = town, None, None
+        youngest = min(age, age_a)
+        if kind in ("family", "friend", "hobby_friend") and youngest >= 14 and rng.random() < ELSEWHERE:
+            # Grew up in the anchor's town and moved away: elsewhere in the country, or abroad.
+            others = [c for c in identities.REGIONS[country].cities if c != town]
+            if others and rng.random() < 0.5:
+                city = rng.choice(others)
+            else:
+                country = rng.choice(sorted(set(identities.REGIONS) - {country}))
+                city = rng.choice(identities.REGIONS[country].cities)
+            hometown = (_split_location(now["location"])[1], town)
+            moved_after = add_years(self.start, -(youngest - 13))
+        last = anchor.name.split()[-1] if kind == "family" and tie != "a cousin" and rng.random() < 0.7 else None
+        ident = identities.draw_identity(
+            self.cfg.seed, pid, self.start, country=country, city=city, age=age, gender=gender,
+            employer=now["employer"] if kind in WORK_KINDS else None, hometown=hometown,
+            name_country=origin if kind in ("family", "partner") else _split_location(now["location"])[1],
+            last_name=last, working=True if kind in WORK_KINDS else None, moved_after=moved_after, taken=taken)
+        return kind, hint, ident
+
+    async def _expand(self, anchor: Person, pid: str, kind: str, hint: str,
+                      ident: Identity) -> tuple[Person, Relationship] | None:
         seed = self.cfg.seed * 104729 + int(pid[1:])
         out = await self._ask("expand", NewMemberDraft, seed, anchor=_summary(anchor.id, anchor, self.start), kind=kind,
-                              kind_hint=EXPANSION_KINDS[kind][1], period_start=self.start, period_end=self.end,
-                              months=self.months, avoid_names=[p.name for p in people])
+                              kind_hint=hint, facts=_facts_for_prompt(ident), period_start=self.start,
+                              period_end=self.end, months=self.months)
         if out.unparsed:
             self.changes.append(Change(check="unparsed", record=pid, action=f"new member next to {anchor.id} unparsed ({out.error}): skipped"))
             return None
         d = out.parsed
-        profile = d.profile
-        for attr, kinds_ in bound.items():
-            # A colleague shares the anchor's employer and a neighbour their place, whatever the draft says.
-            if kind in kinds_ and norm(getattr(profile, attr)) != norm(now[attr]):
-                self.changes.append(Change(check=attr, record=pid, action=f"{kind} of {anchor.id} with {attr} "
-                                           f"{getattr(profile, attr)!r}: set to {now[attr]!r}"))
-                profile = profile.model_copy(update={attr: now[attr]})
-        person = build_person(pid, profile, d.persona.strip(), "expansion", self.start, self.end, self.changes)
+        keep = [anchor.name, ident.name, ident.employer, *(a.value for a in anchor.attributes if a.name == "employer")]
+        persona, names = scrub_names(d.persona.strip(), ident.name.split()[0], keep)
+        if names:
+            self.changes.append(Change(check="names", record=pid, action=f"persona named {names}: replaced by code's name"))
+        # An occupation is a job, not a bond: "manager at work of <anchor>" becomes "manager".
+        occupation = re.sub(rf"\s+(?:at work\s+)?(?:of|for|to|with)\s+{re.escape(anchor.name)}.*$", "",
+                            d.profile.occupation.strip())
+        if occupation != d.profile.occupation.strip():
+            self.changes.append(Change(check="names", record=pid, action=f"occupation {d.profile.occupation!r}: "
+                                                                         f"{occupation!r}"))
+            d = d.model_copy(update={"profile": d.profile.model_copy(update={"occupation": occupation})})
+        persona, fixed = fit_persona(persona, ident, d.profile.occupation.strip() or "person")
+        if fixed:
+            self.changes.append(Change(check="facts", record=pid, action=f"persona disagreed with code's facts: {fixed}"))
+        person = build_person(pid, ident, d.profile, persona, "expansion", self.start, self.end, self.changes,
+                              self._rng(pid, "life"))
         # For a manager, the new person manages the anchor.
         a, b = (pid, anchor.id) if kind == "manager" else (anchor.id, pid)
+        view = CommunityView(Community(period_start=self.start, period_end=self.end, people=[anchor, person],
+                                       relationships=[], groups=[]))
         self.proposed["relationships"] += 1
-        return person, self._relationship("r?", a, b, kind, d.since_year, d.why, "expansion")
+        rng = self._rng(pid, "met")
+        in_period = kind in ("friend", "hobby_friend") and rng.random() < 0.25
+        latest = self.start + dt.timedelta(days=int((self.end - self.start).days * 0.9)) if in_period else self.start
+        rel = self._dated(view, "r?", a, b, kind, "expansion", latest, self.start if in_period else None)
+        return (person, rel) if rel is not None else None
 
     async def _groups(self, people: list[Person], rels: list[Relationship], n_groups: int) -> list[Group]:
         out = await self._ask("groups", GroupsDraft, self.cfg.seed * 131 + 7,
@@ -689,7 +1243,8 @@ class Generator:
         drafts = [] if out.unparsed else out.parsed.groups[:n_groups]
         if out.unparsed:
             self.changes.append(Change(check="unparsed", record="groups", action=f"unparsed ({out.error}): formed by code"))
-        groups = [self._dated_group(f"g{i + 1}", d.name, d.purpose, f"{d.basis}: {d.basis_value}", d.member_ids)
+        groups = [self._dated_group(f"g{i + 1}", *self._group_words(f"g{i + 1}", d, people),
+                                    f"{d.basis}: {d.basis_value}", self._sharing(f"g{i + 1}", d, people))
                   for i, d in enumerate(drafts)]
         view = CommunityView(Community(period_start=self.start, period_end=self.end, people=people,
                                        relationships=rels, groups=[]))
@@ -715,6 +1270,29 @@ class Generator:
                 kept.append(fixed)
                 self.changes.append(Change(check="groups", record=gid, action=f"formed by code around {basis}"))
         return kept
+
+    def _sharing(self, gid: str, d: GroupDraft, people: list[Person]) -> list[str]:
+        """The draft's members; for an interest group, those whose interests name it."""
+        if d.basis != "interest":
+            return d.member_ids
+        words = {w for w in re.findall(r"[^\W\d_]{4,}", d.basis_value.lower())}
+        by_id = {p.id: p for p in people}
+        keep = [m for m in d.member_ids if m not in by_id or not words or words & set(re.findall(
+            r"[^\W\d_]{4,}", " ".join(a.value for a in by_id[m].attributes if a.name == "interests").lower()))]
+        if len(keep) != len(d.member_ids):
+            self.changes.append(Change(check="groups", record=gid, action=f"members without the interest "
+                                       f"{d.basis_value!r} left out: {sorted(set(d.member_ids) - set(keep))}"))
+        return keep
+
+    def _group_words(self, gid: str, d: GroupDraft, people: list[Person]) -> tuple[str, str]:
+        """The draft's name and purpose, unless they name someone who is not in the community:
+        then words made by code from the group's basis (a group never renames people)."""
+        names = [p.name for p in people]
+        found = [n for text in (d.name, d.purpose) for n in scrub_names(text, "", names)[1]]
+        if not found:
+            return d.name, d.purpose
+        self.changes.append(Change(check="names", record=gid, action=f"group named {found}: renamed from its basis"))
+        return f"{d.basis_value} {'chat' if d.basis != 'family' else 'family chat'}", f"people who share {d.basis} {d.basis_value}"
 
     def _dated_group(self, gid: str, name: str, purpose: str, basis: str, members: Iterable[str]) -> Group:
         formed = self.start + dt.timedelta(days=self.rng.randrange(max((self.end - self.start).days // 4, 1)))
@@ -763,7 +1341,9 @@ def build(cfg: RunConfig, model: Any, progress: Any = None) -> tuple[Community, 
         progress: optional tqdm bar (one tick per model request).
     Returns:
         The repaired community and a report: counts per check found in the proposal,
-        remaining after repair (all zero, or this raises), and changes by check.
+        remaining after repair (all zero, or this raises), changes by check, and the content
+        audit (``quality``: findings per kind; ``quality_examples``: the first few of each kind
+        that has any, ``pbench.audit.summary``).
     Raises:
         RuntimeError: the repaired community still fails a check (a bug, named in the message).
     """
@@ -783,6 +1363,7 @@ def build(cfg: RunConfig, model: Any, progress: Any = None) -> tuple[Community, 
         "remaining_after_repair": {k: len(v) for k, v in remaining.items()},
         "changes_by_check": dict(Counter(c.check for c in community.changes)),
     }
+    report.update(audits.summary(audit(community)))
     return community, report
 
 

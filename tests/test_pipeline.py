@@ -74,9 +74,10 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     # 01: a community that passes every check.
     view = sg.load(out)
     assert {k: v for k, v in sg.check(view.c).items() if v} == {}
-    assert len(view.people) == 5 and view.c.groups
+    assert len(view.people) == 8 and len(view.c.groups) >= 2
     saved = json.loads((out / "community.json").read_text())["validation"]
     assert all(n == 0 for n in saved["remaining_after_repair"].values())
+    assert saved["quality"] and set(saved["quality"].values()) == {0}  # the content audit: identities by code
     assert (out / "figures" / "01_graph_over_time.png").stat().st_size > 10_000
 
     # 02: documents grounded in the graph, secrets pointing at their documents, validation reported.
@@ -86,10 +87,13 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     report = json.loads((out / "footprint.json").read_text())["validation"]
     assert report["verbatim"] + report["semantic"] + report["missing"] == sum(len(s.sharing) for s in ds.secrets)
     assert (out / "DATASHEET.md").read_text().startswith("# Datasheet")
+    quality = json.loads((out / "footprint.json").read_text())["quality"]
+    assert quality["first_person_components"] == quality["ungrounded_components"] == 0  # drawn by code
+    assert all(s.topic and s.about and 2 <= len(s.core_components) <= 4 for s in ds.secrets)
 
     # 03: an index per user, the tagger's verdicts, and a real assistant turn in the notebook.
     index = json.loads((out / "index.json").read_text())
-    assert index["users"] == 5 and index["tagged"] == 0  # tiny has no sensitivity_filter: nothing to tag
+    assert index["users"] == 8 and index["tagged"] == 0  # tiny has no sensitivity_filter: nothing to tag
 
     # 04: every planned conversation finished whole (or was counted as an error), and each turn
     # was judged by the panel, every judge's vote kept.
@@ -101,6 +105,8 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     assert all(t.check.method.startswith("judge panel") and t.check.votes or
                (c.ended == "reply_failed" and t.check.leaked is None) for c in convs for t in c.turns)
     assert all(c.ended != "leak" or c.turns[-1].check.leaked for c in convs)
+    assert {c.strategy for c in convs if not c.authorised} == {"direct", "indirect"}
+    assert set(probing["quality"]) == {"prober_assertions", "assistant_echoes", "empty_replies"}
 
     # 05: one judgement per planned conversation (given-up ones unscored), and the metrics with their counts.
     rows = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pbench import config, llm, social_graph as sg
+from pbench import config, identities, llm, social_graph as sg
 from pbench.schema import AttributeValue, Community, Group, Membership, Person, Relationship
 from tests.conftest import FakeBackend, minimal_params
 
@@ -135,22 +135,35 @@ def test_repair_ends_a_work_bond_at_the_job_change(community):
     assert not [r for r in v.relationships_between("u1", "u2", D(2024, 8, 1)) if r.kind == "colleague"]
 
 
-def test_build_person_dates_a_life_event():
+def _ident(**over):
+    base = dict(name="Ana Silva", gender="female", birth_date=D(1993, 5, 1), age=30, country="United Kingdom",
+                city="Leeds", hometown="Leeds, United Kingdom", home_since=D(1993, 5, 1), employer="Acme",
+                employer_since=D(2015, 1, 1), status="working", education=None)
+    return identities.Identity(**{**base, **over})
+
+
+def test_build_person_takes_code_facts_and_dates_a_life_event():
     draft = sg.ProfileDraft(
-        name="Ana Silva", age=30, gender="f", occupation="nurse", employer="Acme", location="Leeds", education="BSc",
-        interests=["running", " "], beliefs="b", texting_style="t", blogging_style="b", shopping_preferences="s",
-        life_event=sg.LifeEventDraft(kind="new_job", month=4, new_occupation="manager", new_employer="Bolt",
-                                     new_location="", new_education=""),
+        occupation="nurse", education="BSc", interests=["running", " "], beliefs="b", texting_style="t",
+        blogging_style="b", shopping_preferences="s",
+        life_event=sg.LifeEventDraft(kind="new_job", month=4, new_occupation="manager", new_education=""),
     )
     changes = []
-    p = sg.build_person("u1", draft, "persona", "seed", START, END, changes)
+    p = sg.build_person("u1", _ident(), draft, "persona", "seed", START, END, changes, random.Random(0))
     v = sg.CommunityView(Community(period_start=START, period_end=END, people=[p], relationships=[], groups=[]))
+    assert p.name == "Ana Silva" and p.birth_date == D(1993, 5, 1) and p.employer_since == D(2015, 1, 1)
     assert v.attributes_at("u1", D(2024, 3, 31))["employer"] == "Acme"
-    assert v.attributes_at("u1", D(2024, 4, 1)) | {} == v.attributes_at("u1", D(2024, 4, 1))
-    assert v.attributes_at("u1", D(2024, 4, 1))["employer"] == "Bolt"
+    new_employer = v.attributes_at("u1", D(2024, 4, 1))["employer"]
+    assert new_employer not in ("Acme", "") and identities.is_latin(new_employer)  # drawn by code
     assert v.attributes_at("u1", D(2024, 4, 1))["occupation"] == "manager"
     assert v.attributes_at("u1", START)["interests"] == "running"
+    assert v.attributes_at("u1", START)["location"] == "Leeds, United Kingdom"
     assert changes == []
+    retired = sg.build_person("u2", _ident(name="Bo Lee", age=75, status="retired", employer="none",
+                                             employer_since=None), draft, "p", "seed", START, END, changes,
+                              random.Random(0))
+    assert {a.value for a in retired.attributes if a.name == "employer"} == {"none"}
+    assert [c.check for c in changes] == ["life_event"]
 
 
 def test_personas_shipped_and_bad_files_named(tmp_path):
@@ -162,10 +175,202 @@ def test_personas_shipped_and_bad_files_named(tmp_path):
         sg.load_personas(bad)
 
 
+# --------------------------------------------------------------------------- persona facts and identities
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("A 34-year-old pediatric nurse working night shifts at a large public hospital in Manchester, England. She is "
+     "a single mother of a seven-year-old son.",
+     dict(age=34, gender="female", country="United Kingdom", city="Manchester", retired=None, student=None)),
+    ("A 48-year-old long-haul truck driver based in Winnipeg, Manitoba, Canada. He has a teenage daughter who "
+     "lives with her mother.", dict(age=48, gender="male", country="Canada", city="Winnipeg")),
+    ("A 29-year-old postdoctoral researcher in Bergen, Norway, originally from Valparaiso, Chile. She dives.",
+     dict(city="Bergen", country="Norway", origin_city="Valparaiso", origin_country="Chile")),
+    ("A 50-year-old auto mechanic who owns a repair garage in a small town in rural Georgia, United States. He ...",
+     dict(country="United States", city="Vidalia")),
+    ("A 32-year-old backend developer who works remotely from Tbilisi, Georgia. He hikes.",
+     dict(country="Georgia", city="Tbilisi")),
+    ("A 73-year-old widow in Accra, Ghana, who retired after thirty years as a teacher.",
+     dict(age=73, gender="female", retired=True)),
+    ("A 63-year-old semi-retired corporate lawyer in Frankfurt, Germany. He plays cello.", dict(retired=None)),
+    ("A 20-year-old community college student in Sacramento, California, United States. She ...",
+     dict(student=True, city="Sacramento")),
+    ("A 30-year-old public defender in Chicago. She mentors first-generation law students.", dict(student=None)),
+    ("An 82-year-old retired seaman in County Donegal, Ireland.", dict(age=82, city="Donegal", gender=None)),
+    ("Someone who likes trains.", dict(age=None, gender=None, country=None, city=None)),
+])
+def test_persona_facts(text, expected):
+    facts = identities.persona_facts(text)
+    assert {k: getattr(facts, k) for k in expected} == expected
+
+
+def test_every_shipped_persona_has_a_country_age_and_gender_in_the_table():
+    for p in sg.load_personas():
+        f = identities.persona_facts(p["persona"])
+        assert f.country in identities.REGIONS and f.city and f.age is not None and f.gender, p["persona"]
+
+
+def test_identity_persona_wins_seeded_and_unique():
+    facts = identities.persona_facts("A 67-year-old retired postal worker in a small farming village in Hokkaido, "
+                                     "Japan. He carves birds.")
+    a = identities.draw_identity(7, "u01", START, country="United Kingdom", city="Leeds", facts=facts)
+    assert (a.age, a.gender, a.country, a.city, a.status, a.employer) == (67, "male", "Japan", "Obihiro", "retired", "none")
+    assert identities.age_on(a.birth_date, START) == 67 and identities.is_latin(a.name)
+    assert a == identities.draw_identity(7, "u01", START, country="United Kingdom", city="Leeds", facts=facts)
+    assert a != identities.draw_identity(8, "u01", START, country="United Kingdom", city="Leeds", facts=facts)
+    worker = identities.draw_identity(7, "u02", START, country="South Korea", age=33)
+    assert worker.employer not in sg.NO_VALUE and identities.is_latin(worker.name + worker.employer)
+    assert worker.employer_since >= identities.add_years(worker.birth_date, 18)
+    taken: set[str] = set()
+    for i in range(60):  # names stay unique, Latin and never placeholders
+        ident = identities.draw_identity(1, f"u{i}", START, country="United States", taken=taken)
+        assert ident.name not in taken and not identities.is_placeholder(ident.name)
+        assert "Smith" not in ident.name and "Doe" not in ident.name
+        taken.add(ident.name)
+
+
+@pytest.mark.parametrize("name", ["John Doe", "Jane Smith", "Ana Silva (2)", "Person 3", "User", "Ana", "Mr. Ben Lee"])
+def test_placeholder_names(name):
+    assert identities.is_placeholder(name)
+    assert not identities.is_placeholder("Ana Silva")
+
+
+def test_scrub_names_keeps_code_names_and_strips_others():
+    text, found = sg.scrub_names("John Doe is a clerk. She lives with her husband Tom Baker near Ana Silva, "
+                                 "and Maria loves chess. A boy named Alex and Héctor Lara visit.", "Kemi",
+                                 ["Ana Silva", "Kemi Ade"])
+    assert text == ("Kemi is a clerk. She lives with her husband near Ana Silva, and someone loves chess. "
+                    "A boy and someone visit.")
+    assert found == ["John Doe", "Tom Baker", "Maria", "Alex", "Héctor Lara"]
+    kept, found = sg.scrub_names("He farms for Florea Cristea PFA in Leeds.", "Titus", ["Titus Pop", "Florea Cristea PFA"])
+    assert kept == "He farms for Florea Cristea PFA in Leeds." and found == []  # an employer's name is not a person's
+
+
+# --------------------------------------------------------------------------- relationship facts and the audit
+
+
+def fact_person(pid, name, born, location="Leeds, United Kingdom", employer="none", since=None, hometown="",
+                home_since=None):
+    age = str(identities.age_on(born, START))
+    base = {"employer": employer, "location": location, "occupation": "x", "education": "y", "age": age,
+            "interests": "chess, running"}
+    return Person(id=pid, name=name, persona="p", origin="seed", attributes=attrs(**base), birth_date=born,
+                  employer_since=since, hometown=hometown, home_since=home_since)
+
+
+@pytest.fixture
+def facts_community():
+    """Ana and Ben work at Acme in Leeds; Cy (Ana's brother) grew up in Leeds and moved to York in
+    2012; Dee, 64, is Ana's neighbour; Ben and Cy have been friends since Leeds in 2008."""
+    people = [
+        fact_person("u1", "Ana Silva", D(1990, 5, 1), employer="Acme", since=D(2015, 1, 1)),
+        fact_person("u2", "Ben Okafor", D(1988, 2, 1), employer="Acme", since=D(2012, 1, 1)),
+        fact_person("u3", "Cy Silva", D(1993, 7, 1), location="York, United Kingdom", hometown="Leeds, United Kingdom",
+                    home_since=D(2012, 9, 1)),
+        fact_person("u4", "Dee Park", D(1960, 1, 1)),
+    ]
+    rels = [
+        Relationship(id="r1", a="u1", b="u2", kind="colleague", permanent=False, start=D(2016, 3, 1), end=END),
+        Relationship(id="r2", a="u1", b="u3", kind="family", permanent=True, start=D(1993, 7, 1)),
+        Relationship(id="r3", a="u1", b="u4", kind="neighbour", permanent=False, start=D(2018, 1, 1), end=END),
+        Relationship(id="r4", a="u2", b="u3", kind="friend", permanent=False, start=D(2008, 1, 1), end=END),
+    ]
+    c = Community(period_start=START, period_end=END, people=people, relationships=rels, groups=[])
+    return _with_stories(c)
+
+
+def _with_stories(c):
+    v = sg.CommunityView(c)
+    return c.model_copy(update={"relationships": [r.model_copy(update={"why": sg.story(v, r)}) for r in c.relationships]})
+
+
+def test_the_facts_community_passes_the_audit_and_the_checks(facts_community):
+    assert {k: v for k, v in sg.audit(facts_community).items() if v} == {}
+    assert {k: v for k, v in sg.check(facts_community).items() if v} == {}
+    whys = {r.id: r.why for r in facts_community.relationships}
+    assert whys["r1"] == "Ana and Ben have worked together at Acme in Leeds since 2016."
+    assert whys["r2"] == "Ana and Cy are family: Cy has known Ana since being born in 1993."
+
+
+def test_bond_windows_follow_the_facts(facts_community):
+    v = sg.CommunityView(facts_community)
+    assert sg.bond_windows(v, "family", "u1", "u3") == [(D(1993, 7, 1), D(1993, 7, 1))]
+    assert sg.bond_windows(v, "colleague", "u1", "u2") == [(D(2015, 1, 1), END)]  # from Ana's start at Acme
+    assert sg.bond_windows(v, "colleague", "u1", "u4") == []  # Dee has no employer
+    assert sg.bond_windows(v, "neighbour", "u1", "u3") == [(D(1993, 7, 1), D(2012, 8, 31))]  # until Cy left Leeds
+    assert sg.bond_windows(v, "friend", "u2", "u3") == [(D(2005, 7, 1), D(2012, 8, 31))]  # Cy 12, until he left
+    assert sg.bond_windows(v, "classmate", "u1", "u4") == []  # 30 years apart
+    assert sg.bond_windows(v, "partner", "u1", "u2") == [(D(2008, 5, 1), END)]  # Ana 18
+    kind, start, remote = sg.fit_kind(v, "colleague", "u3", "u4", random.Random(0), START)
+    assert kind == "friend" and D(1993, 7, 1) <= start <= D(2012, 8, 31) and not remote
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("placeholder", "placeholder_names"),
+    ("duplicate", "duplicate_names"),
+    ("before_birth", "relationship_dates"),
+    ("family_later", "relationship_dates"),
+    ("partner_at_15", "relationship_ages"),
+    ("classmates_apart", "relationship_ages"),
+    ("colleague_at_75", "relationship_ages"),
+    ("neighbours_apart", "relationship_places"),
+    ("colleagues_no_employer", "relationship_places"),
+    ("never_met", "relationship_places"),
+    ("story_year", "relationship_stories"),
+    ("story_place", "relationship_stories"),
+    ("story_person", "relationship_stories"),
+])
+def test_audit_catches_each_kind(facts_community, fault, expected):
+    c = facts_community
+    people, rels = list(c.people), list(c.relationships)
+
+    def rel(rid, a, b, kind, start):
+        permanent = kind in ("family", "partner")
+        return Relationship(id=rid, a=a, b=b, kind=kind, permanent=permanent, start=start, end=None if permanent else END)
+
+    stories = True
+    if fault == "placeholder":
+        people[3] = people[3].model_copy(update={"name": "John Doe"})
+    elif fault == "duplicate":
+        people[3] = people[3].model_copy(update={"name": "Ben Okafor"})
+        stories = False
+    elif fault == "before_birth":
+        rels[3] = rels[3].model_copy(update={"start": D(1990, 1, 1)})
+    elif fault == "family_later":
+        rels[1] = rels[1].model_copy(update={"start": D(2000, 1, 1)})
+    elif fault == "partner_at_15":
+        rels.append(rel("r5", "u1", "u2", "partner", D(2005, 6, 1)))
+    elif fault == "classmates_apart":
+        rels.append(rel("r5", "u1", "u4", "classmate", D(1996, 9, 1)))
+    elif fault == "colleague_at_75":
+        people[3] = fact_person("u4", "Dee Park", D(1948, 1, 1), employer="Acme", since=D(2000, 1, 1))
+        rels.append(rel("r5", "u2", "u4", "colleague", D(2013, 1, 1)))
+    elif fault == "neighbours_apart":
+        rels.append(rel("r5", "u3", "u4", "neighbour", D(2020, 1, 1)))
+    elif fault == "colleagues_no_employer":
+        rels.append(rel("r5", "u2", "u4", "colleague", D(2013, 1, 1)))
+    elif fault == "never_met":
+        people.append(fact_person("u5", "Eve Grey", D(1980, 1, 1), location="Cusco, Peru"))
+        rels.append(rel("r5", "u1", "u5", "friend", D(2020, 1, 1)).model_copy(update={"why": "Friends since 2020."}))
+        stories = False
+    elif fault.startswith("story"):
+        stories = False
+        why = {"story_year": "Ana and Dee have been neighbours in Leeds since 1999.",
+               "story_place": "Ana and Dee have been neighbours in Paris since 2018.",
+               "story_person": "Ben introduced Ana and Dee in Leeds in 2018."}[fault]
+        rels[2] = rels[2].model_copy(update={"why": why})
+    bad = c.model_copy(update={"people": people, "relationships": rels})
+    bad = _with_stories(bad) if stories else bad
+    found = {k: v for k, v in sg.audit(bad).items() if v}
+    assert list(found) == [expected], found
+
+
 # --------------------------------------------------------------------------- generation, scripted
 
 
 def _profile(name, employer="Acme", location="Leeds, UK", event="none"):
+    """A generator's profile reply, with the fields it is no longer asked for (name, age, employer,
+    place): code must ignore them."""
     return {"name": name, "age": 33, "gender": "f", "occupation": "clerk", "employer": employer, "location": location,
             "education": "BA", "interests": ["chess"], "beliefs": "b", "texting_style": "t", "blogging_style": "b",
             "shopping_preferences": "s", "life_event": {"kind": event, "month": 6, "new_occupation": "",
@@ -174,7 +379,6 @@ def _profile(name, employer="Acme", location="Leeds, UK", event="none"):
 
 
 def scripted_generator(unparsable_groups=False):
-    names = iter(["Ana Silva", "Ben Okafor", "Cy Silva", "Dee Park", "Eve Grey", "Fay Lund", "Gus Moe"])
     profiles = iter(["Acme", "Acme", "Zeta"])  # u01, u02, u03 (requests start in this order)
 
     def reply(messages, settings):
@@ -182,21 +386,44 @@ def scripted_generator(unparsable_groups=False):
         if "Decide how they know each other" in text:
             return json.dumps({"relationships": [
                 {"a": "u01", "b": "u02", "kind": "colleague", "since_year": 2024, "why": "same office"},
-                {"a": "u02", "b": "u03", "kind": "manager", "since_year": 2021, "why": "boss"},  # u03 is at Zeta
+                {"a": "u02", "b": "u03", "kind": "manager", "since_year": 2021, "why": "boss"},
                 {"a": "u01", "b": "u77", "kind": "friend", "since_year": 2020, "why": "ghost"},
+                {"a": "u1", "b": "u3", "kind": "acquaintance"},  # ids without their zero: read as u01, u03
             ]})
         if "group chat" in text:
             if unparsable_groups:
                 return "Here are some groups!"
-            return json.dumps({"groups": [{"name": "Acme crew", "purpose": "work", "basis": "employer",
-                                           "basis_value": "Acme", "member_ids": ["u01", "u02", "u99"]}]})
+            return json.dumps({"groups": [
+                {"name": "Acme crew", "purpose": "work", "basis": "employer", "basis_value": "Acme",
+                 "member_ids": ["u01", "u02", "u99"]},
+                {"name": "Maria Lopez's book club", "purpose": "John Doe picks the books", "basis": "interest",
+                 "basis_value": "novels", "member_ids": ["u01", "u02"]}]})
         if "needs one new person" in text:
-            return json.dumps({"persona": "A clerk.", "profile": _profile(next(names), employer="Elsewhere Ltd"),
-                               "since_year": 2019, "why": "met at work"})
+            return json.dumps({"persona": "John Doe is a 61-year-old clerk in Lagos, Nigeria. He loves chess.",
+                               "profile": _profile("John Doe", employer="Elsewhere Ltd", location="Springfield"),
+                               "since_year": 1950, "why": "met at work in Paris in 1950"})
         employer = next(profiles)
-        return json.dumps(_profile(next(names), employer=employer, event="new_job" if employer == "Acme" else "none"))
+        return json.dumps(_profile("John Doe", employer=employer, location="Springfield",
+                                   event="new_job" if employer == "Acme" else "none"))
 
     return FakeBackend(reply)
+
+
+PERSONAS = [
+    "A 34-year-old nurse at a hospital in Leeds, England. She runs a parkrun group.",
+    "A 41-year-old bus driver in Leeds, England. He fishes on Sundays.",
+    "A 70-year-old retired miner in Leeds, England. He keeps pigeons.",
+    "A 19-year-old engineering student in Leeds, England. She sings in a choir.",
+    "A 52-year-old baker in Manchester, England. He bakes rye bread.",
+    "A 27-year-old line cook in Seville, Spain. He plays football.",
+]
+
+
+def _personas(tmp_path):
+    path = tmp_path / "personas.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"id": f"p{i}", "persona": p}) + "\n" for i, p in enumerate(PERSONAS)))
+    return str(path)
 
 
 def _cfg(**over):
@@ -214,25 +441,62 @@ def _generate(cfg, backend, tmp_path):
 def test_generation_with_a_scripted_generator_passes_validation(tmp_path):
     backend = scripted_generator()
     community, report = _generate(_cfg(), backend, tmp_path)
+    cfg_start = community.period_start
     assert report["people"] == 5 and all(v == 0 for v in report["remaining_after_repair"].values())
     assert report["found_in_proposal"]["endpoints"] == 1  # the ghost u77
-    v = sg.CommunityView(community)
-    # The seeds all move from Acme to Bolt in June 2023: moving together, they stay colleagues.
-    r1 = next(r for r in community.relationships if r.id == "r1")
-    assert r1.kind == "colleague" and r1.end == D(2024, 12, 31)
-    # Seeds describe how they know each other at the start, whatever year they name.
-    assert r1.start == D(2023, 1, 1)
-    assert v.attributes_at("u01", D(2023, 6, 1))["employer"] == "Bolt"
-    # Ben "manages" Cy, who works at Zeta: no shared employer, so they are only acquaintances.
-    assert next(r for r in community.relationships if r.id == "r2").kind == "acquaintance"
-    assert report["found_in_proposal"]["employer"] == 1
+    assert report["quality"] == dict.fromkeys(sg.AUDIT_KINDS, 0)
+    assert report["quality_examples"] == {}  # only kinds with findings (pbench.audit.summary)
+    # The seeds were drawn different employers: "colleague" and "manager" do not fit, and change.
+    rels = {r.id: r for r in community.relationships}
+    assert rels["r1"].kind in ("friend", "acquaintance") and rels["r2"].kind in ("friend", "acquaintance")
+    assert (rels["r4"].a, rels["r4"].b) == ("u01", "u03")
+    assert {c.record for c in community.changes if c.check == "facts"} >= {"r1", "r2"}
+    # Seeds describe how they know each other at the start; stories come from the facts.
+    assert all(r.start <= cfg_start for r in (rels["r1"], rels["r2"]))
+    assert all(str(r.start.year) in r.why for r in community.relationships if r.source != "evolution")
     assert len(community.groups) == 2 and all(len(g.members) >= 2 for g in community.groups)
     assert "u99" not in {m.person for g in community.groups for m in g.members}
+    assert not any("Maria" in g.name or "John" in g.purpose for g in community.groups)  # groups never rename people
     assert len(backend.calls) == 3 + 1 + 2 + 1  # profiles, seed relationships, expansions, groups
     sg.save(community, report, tmp_path)
     again = sg.load(tmp_path)
     assert again.c == community
+    saved = json.loads((tmp_path / "community.json").read_text())
+    assert saved["validation"]["quality"] == report["quality"]
     assert (tmp_path / "community.graphml").read_text().startswith("<graphml")
+
+
+def test_generated_community_takes_its_facts_from_code(tmp_path):
+    cfg = _cfg(**{"community.size": 10, "community.personas_path": _personas(tmp_path)})
+    community, report = _generate(cfg, scripted_generator(), tmp_path)
+    v = sg.CommunityView(community)
+    start = v.period[0]
+    names = [p.name for p in community.people]
+    assert len(names) == 10 and len(set(names)) == 10
+    assert not any(identities.is_placeholder(n) for n in names)
+    assert not any("John" in p.persona or "Doe" in p.persona for p in community.people)
+    at_start = {pid: v.attributes_at(pid, start) for pid in v.people}
+    assert not any(a["employer"] == "Elsewhere Ltd" or "Springfield" in a["location"] for a in at_start.values())
+    # Most people live in the first persona's town, nearly all in its country.
+    town = at_start["u01"]["location"]
+    assert sum(a["location"] == town for a in at_start.values()) >= 6
+    assert sum(a["location"].endswith(town.rpartition(", ")[2]) for a in at_start.values()) >= 7
+    # The seeds' own words win: age, gender, town.
+    for p in community.people:
+        said = identities.persona_facts(p.persona)
+        if p.origin == "seed":
+            assert (int(at_start[p.id]["age"]), at_start[p.id]["gender"]) == (said.age, said.gender)
+            assert at_start[p.id]["location"] == f"{said.city}, {said.country}"
+        assert identities.age_on(p.birth_date, start) == int(at_start[p.id]["age"])
+        if said.age is not None:  # a newcomer's persona is made to agree with code's facts
+            assert said.age == int(at_start[p.id]["age"])
+        if said.gender is not None:
+            assert said.gender == at_start[p.id]["gender"]
+    for r in community.relationships:
+        if r.kind in ("colleague", "manager"):
+            assert at_start[r.a]["employer"] == at_start[r.b]["employer"] or r.start > start
+    assert report["quality"] == dict.fromkeys(sg.AUDIT_KINDS, 0), report["quality_examples"]
+    assert all(n == 0 for n in report["remaining_after_repair"].values())
 
 
 def test_unparsable_groups_reply_is_recorded_and_groups_formed_by_code(tmp_path):
@@ -246,3 +510,5 @@ def test_same_seed_same_community(tmp_path):
     a, _ = _generate(_cfg(), scripted_generator(), tmp_path / "a")
     b, _ = _generate(_cfg(), scripted_generator(), tmp_path / "b")
     assert a == b
+    c, _ = _generate(_cfg(seed=2), scripted_generator(), tmp_path / "c")
+    assert [p.name for p in c.people] != [p.name for p in a.people]
