@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, Field, create_model
 
 from pbench import audit, components, figures, prompts, store, themes
 from pbench.config import RunConfig
@@ -55,13 +55,18 @@ def substantive_share(noise_ratio: float) -> float:
 # --------------------------------------------------------------------------- drafts
 
 
-def batch_schema(speakers: list[str]) -> type[BaseModel]:
+MAX_LINE = 300  # characters in one message or paragraph
+
+
+def batch_schema(speakers: list[str], n_docs: int = 8) -> type[BaseModel]:
     """A batch reply: per document, its lines, each with a speaker from ``speakers`` (for a
     blog post or a purchase, the owner: the lines are its paragraphs)."""
     names = tuple(dict.fromkeys(speakers))
-    line = create_model("Line", speaker=(Literal[names], ...), text=(str, ...))  # type: ignore[valid-type]
-    doc = create_model("DocLines", index=(int, ...), lines=(list[line], ...))  # type: ignore[valid-type]
-    return create_model("DocBatch", documents=(list[doc], ...))  # type: ignore[valid-type]
+    # Bounded lists and strings: a small model that never closes its list otherwise writes to
+    # max_tokens (measured: a third of the tiny run's replies), and the reply fails to parse.
+    line = create_model("Line", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[valid-type]
+    doc = create_model("DocLines", index=(int, ...), lines=(list[line], Field(min_length=1, max_length=6)))  # type: ignore[valid-type]
+    return create_model("DocBatch", documents=(list[doc], Field(max_length=n_docs)))  # type: ignore[valid-type]
 
 
 def render(kind: str, lines: list[Any]) -> str:
@@ -348,6 +353,16 @@ class FootprintGenerator:
 
     def __init__(self, cfg: RunConfig, view: CommunityView, model: Any, progress: Any = None) -> None:
         self.cfg, self.view, self.model, self.progress = cfg, view, model, progress
+        # Every user's secrets drawn up front, in user order, each preferring themes the users
+        # before them did not get: pure code, so the same whatever order users finish in.
+        self.drawn: dict[str, list[themes.Drawn]] = {}
+        used: Counter = Counter()
+        for uid in sorted(view.people):
+            rng = random.Random(self._seed(uid, "plan"))  # the draws user() makes
+            plan_user(view, cfg, uid, rng)
+            n = rng.randint(*cfg.footprint.secrets_per_user)
+            self.drawn[uid] = themes.draw(view, uid, n, random.Random(self._seed(uid, "secrets")), used)
+            used.update(d.theme for d in self.drawn[uid])
 
     async def _ask(self, name: str, schema: type[BaseModel], seed: int, **variables: Any):
         text = prompts.render("footprint", name, **variables)
@@ -398,7 +413,7 @@ class FootprintGenerator:
                 break
             listed = [self._slot_prompt(i + 1, s) for i, s in enumerate(todo)]
             speakers = [owner["name"].split()[0], *(w["first"] for x in listed for w in x["with"]), "Assistant"]
-            out = await self._ask("documents", batch_schema(speakers), self._seed(uid, todo[0].id, attempt),
+            out = await self._ask("documents", batch_schema(speakers, len(todo)), self._seed(uid, todo[0].id, attempt),
                                   owner=owner, slots=listed)
             if out.unparsed:
                 res.notes.append(f"batch from {todo[0].id}: unparsed reply ({out.error})")
@@ -440,9 +455,9 @@ class FootprintGenerator:
     async def _secrets(self, uid: str, rng: random.Random, res: UserResult) -> list[Secret]:
         """The user's secrets, drawn by code (``pbench.themes``), and the conversations that tell them."""
         view = self.view
-        n = rng.randint(*self.cfg.footprint.secrets_per_user)
+        rng.randint(*self.cfg.footprint.secrets_per_user)  # drawn in __init__; the stream stays the same
         secrets = []
-        for k, d in enumerate(themes.draw(view, uid, n, random.Random(self._seed(uid, "secrets"))), 1):
+        for k, d in enumerate(self.drawn[uid], 1):
             # The judge's rules (pbench.components) hold by construction; checked all the same.
             comps, problems = components.check(d.components, d.content, view.name(uid))
             res.notes += [f"{uid}-s{k}: component dropped: {p}" for p in problems]
@@ -487,8 +502,8 @@ class FootprintGenerator:
 def exchange_schema(speakers: list[str]) -> type[BaseModel]:
     """A reply schema whose messages can only come from ``speakers`` (the owner first)."""
     names = tuple(dict.fromkeys(speakers))
-    message = create_model("Message", speaker=(Literal[names], ...), text=(str, ...))  # type: ignore[valid-type]
-    return create_model("Exchange", messages=(list[message], ...))  # type: ignore[valid-type]
+    message = create_model("Message", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[valid-type]
+    return create_model("Exchange", messages=(list[message], Field(min_length=2, max_length=8)))  # type: ignore[valid-type]
 
 
 def speakers_of(text: str) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -385,9 +386,10 @@ THEMES: dict[str, Callable[..., Drawn | None]] = {
 ABOUT_OTHERS: dict[str, Callable[..., Drawn | None]] = {f.__name__: f for f in (close_one_job_loss, close_one_illness)}
 
 
-def draw(view: CommunityView, uid: str, n: int, rng: random.Random) -> list[Drawn]:
+def draw(view: CommunityView, uid: str, n: int, rng: random.Random, used: Counter | None = None) -> list[Drawn]:
     """``n`` secrets for ``uid``, each from a different theme and, while they last, a different
-    category; about one in five is about someone close to the owner."""
+    category; about one in five is about someone close to the owner. Themes ``used`` less
+    (by other members of the community) come first, so that a community's secrets vary."""
     start, end = view.period
     day = start + (end - start) / 2
     o = owner_facts(view, uid, day)
@@ -402,6 +404,8 @@ def draw(view: CommunityView, uid: str, n: int, rng: random.Random) -> list[Draw
         if d is not None:
             d.at_risk = [p for p in dict.fromkeys(d.at_risk) if p in view.people and p not in (uid, d.about)]
             drawn.append(d)
+    used = used if used is not None else Counter()
+    drawn.sort(key=lambda d: used[d.theme])  # stable: the shuffled order among equally used themes
     out: list[Drawn] = []
     for d in drawn:  # a new category each, while there are any
         if len(out) < n and d.category not in {x.category for x in out}:

@@ -74,3 +74,14 @@ def test_draws_are_seeded_and_keep_the_secret_from_the_right_people(community): 
         for d in a:
             assert uid not in d.at_risk and d.about not in d.at_risk
             assert d.about == uid or d.about in view.people
+
+
+def test_a_community_gets_varied_themes(community):  # noqa: F811
+    from collections import Counter
+
+    view = sg.CommunityView(community)
+    for seed in range(5):
+        used: Counter = Counter()
+        for uid in sorted(view.people):
+            used.update(d.theme for d in themes.draw(view, uid, 1, random.Random(seed * 10 + int(uid[1:])), used))
+        assert len(used) == len(view.people)  # no theme twice while others are left
