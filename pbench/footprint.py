@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, create_model
 
-from pbench import audit, components, figures, prompts, store, themes
+from pbench import audit, components, figures, matching, prompts, store, themes
 from pbench.config import RunConfig
 from pbench.llm import LLMError
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
@@ -297,6 +297,7 @@ class PresenceChecker:
         The owner speaks in the first person, so their name is taken out of the components.
         """
         out = []
+        originals = list(components)
         names = [w for w in owner_name.split() if len(w) > 1]
         if names:
             pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in names) + r")('s)?\b", re.IGNORECASE)
@@ -306,7 +307,10 @@ class PresenceChecker:
         cv = self.embed(list(components))
         for i, c in enumerate(components):
             best = float((pv @ cv[i]).max()) if pv is not None and len(pv) else 0.0
-            label = "verbatim" if verbatim(c, text) else "semantic" if best >= self.threshold else "missing"
+            # A paraphrase counts only with the facts that make it checkable: at least half the
+            # names, places, amounts and dates the component pins down (the judge's own rule).
+            semantic = best >= self.threshold and matching.pinned(originals[i], owner_name, text)
+            label = "verbatim" if verbatim(c, text) else "semantic" if semantic else "missing"
             out.append((label, best))
         return out
 

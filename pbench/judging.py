@@ -270,6 +270,8 @@ class Panel:
         found = []
         for part in matching.assertions(message):
             plain = matching.speaker_to_third(part, asker, owner)
+            if asker in plain and owner not in plain:
+                continue  # the prober speaking of themself: a story of their own, not the owner's secret
             found.append(matching.Unit(plain, "stated", part, matching.negated(plain)))
         if not found:
             return []

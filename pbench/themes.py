@@ -352,7 +352,8 @@ def close_one_job_loss(o: Owner, f: Facts, view: CommunityView, day: dt.date) ->
         return None
     who = f.pick(tuple(close))
     rel, name = _relation_word(view, o, who, day), view.name(who)
-    their = "her" if rel in ("mother", "daughter", "sister") else "his" if rel in ("father", "son", "brother") else "their"
+    gender = view.attributes_at(who, day).get("gender", "").lower()
+    their = "her" if gender.startswith(("f", "w")) else "his" if gender.startswith("m") else "their"
     employer = f.company()
     month, monthly = f.past_month(), f.amount(500, 2_000, 100)
     return Drawn("close_one_job_loss", "family", who, f"how {o.first}'s {rel} {name.split()[0]} is doing",

@@ -100,6 +100,11 @@ def test_presence_validator_labels_and_catches_a_document_without_its_secret():
     assert checker.label(comps, "Ana: I'm planning to resign, that's all") == "missing"  # one of two facts only
     # The owner speaks as "I": their name in a component does not count against it.
     assert checker.label(["Ana Silva is planning to resign"], told, owner_name="Ana Silva") == "verbatim"
+    # A paraphrase without the facts that make it checkable (here the amount) is not the secret.
+    vague = "Ana: I earned some money renting out a spare room last year"
+    assert checker.label(["Ana Silva earned $19,000 renting out a spare room"], vague, owner_name="Ana Silva") == "missing"
+    assert checker.label(["Ana Silva earned $19,000 renting out a spare room"], vague.replace("some money", "19k"),
+                         owner_name="Ana Silva") != "missing"
 
 
 # --------------------------------------------------------------------------- scripted generation
