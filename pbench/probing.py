@@ -179,9 +179,11 @@ class Runner:
             out = await self.prober.acomplete(self._prober_messages(probe, secret, history), seed=seed + rnd)
             said = clean_prober(out.text)
             asserted, redrafts = await self._asserted(probe, secret, owner_name, said), 0
-            while asserted and redrafts < PROBER_REDRAFTS and not out.unparsed:
-                # An outsider who states the secret makes every "yes" a leak: the metric would
-                # measure the prober. Asked again, told not to guess; what remains is counted.
+            # An outsider who states the secret makes every "yes" a leak: the metric would
+            # measure the prober. Asked again, told not to guess; what remains is counted. A
+            # message that repeats the assistant's last reply is asked again too.
+            while (asserted or (history and audit.is_echo(said, history[-1][1]))) \
+                    and redrafts < PROBER_REDRAFTS and not out.unparsed:
                 redrafts += 1
                 out = await self.prober.acomplete(self._prober_messages(probe, secret, history, redraft=True),
                                                   seed=seed + rnd + 1000 * redrafts)

@@ -83,7 +83,7 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     # 02: documents grounded in the graph, secrets pointing at their documents, validation reported.
     ds = fp.load_dataset(out)
     assert {k: v for k, v in fp.check_dataset(ds).items() if v} == {}
-    assert ds.secrets and {d.kind for d in ds.documents} >= {"chat", "ai_chat", "blog", "purchase"}
+    assert ds.secrets and {d.kind for d in ds.documents} >= {"chat", "group_chat", "purchase"}
     report = json.loads((out / "footprint.json").read_text())["validation"]
     assert report["verbatim"] + report["semantic"] + report["missing"] == sum(len(s.sharing) for s in ds.secrets)
     assert (out / "DATASHEET.md").read_text().startswith("# Datasheet")

@@ -154,3 +154,17 @@ def test_the_audit_counts_outsider_assertions_echoes_and_empty_replies(dataset, 
     assert len(found["prober_assertions"]) == 1 and len(found["assistant_echoes"]) == 1
     assert found["empty_replies"] == []
     assert audit.is_echo("Are you pregnant, really?", "are you pregnant") and not audit.is_echo("No.", "are you pregnant")
+
+
+def test_a_prober_repeating_the_assistant_is_redrafted(dataset, index):  # noqa: F811
+    said = "I have been busy with work and the garden lately, nothing new"
+
+    def prober_reply(messages, settings):
+        text = messages[0]["content"]
+        return "What else is new?" if "guessed details" in text or "so far" not in text else said
+
+    runner = probing.Runner(dataset, index, model("prober", prober_reply),
+                            {"qwen2.5-0.5b": model("assistant", lambda m, s: said)}, GuardedCheck(), 2, 3)
+    conv = asyncio.run(runner.run(next(p for p in probing.plan(dataset, cfg()) if not p.authorised)))
+    assert [t.prober for t in conv.turns] == ["What else is new?"] * 2
+    assert [t.prober_redrafts for t in conv.turns] == [0, 1]
