@@ -30,7 +30,7 @@ def footprint_audit(ds: Any) -> dict[str, list[str]]:
     """Secrets and tellings: components in the first person, not grounded in the secret or not
     naming the owner; chat tellings that are not an exchange between two speakers; tellings
     the presence check could not find the secret in."""
-    from pbench.footprint import is_exchange, speakers_of, told_between
+    from pbench.footprint import speakers_of, told_between
 
     out: dict[str, list[str]] = {"first_person_components": [], "ungrounded_components": [],
                                  "chat_tellings_without_two_speakers": [], "tellings_missing_the_secret": []}
@@ -48,10 +48,8 @@ def footprint_audit(ds: Any) -> dict[str, list[str]]:
             d = docs.get(e.document_id)
             if d is None:
                 continue
-            if d.kind in ("chat", "group_chat") and not is_exchange(d, ds.view):
+            if not told_between(d, ds.view):
                 out["chat_tellings_without_two_speakers"].append(f"{d.id}: speakers {sorted(set(speakers_of(d.text)))}")
-            elif not told_between(d, ds.view):
-                out["chat_tellings_without_two_speakers"].append(f"{d.id}: the owner does not speak")
             if e.presence == "missing":
                 out["tellings_missing_the_secret"].append(f"{d.id}: {s.id} not found in it")
     return out

@@ -64,9 +64,13 @@ def batch_schema(speakers: list[str], n_docs: int = 8) -> type[BaseModel]:
     names = tuple(dict.fromkeys(speakers))
     # Bounded lists and strings: a small model that never closes its list otherwise writes to
     # max_tokens (measured: a third of the tiny run's replies), and the reply fails to parse.
-    line = create_model("Line", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[valid-type]
-    doc = create_model("DocLines", index=(int, ...), lines=(list[line], Field(min_length=1, max_length=6)))  # type: ignore[valid-type]
+    doc = create_model("DocLines", index=(int, ...), lines=(list[_line(names)], Field(min_length=1, max_length=6)))  # type: ignore[valid-type]
     return create_model("DocBatch", documents=(list[doc], Field(max_length=n_docs)))  # type: ignore[valid-type]
+
+
+def _line(names: tuple[str, ...]) -> type[BaseModel]:
+    """One message or paragraph: its speaker, one of ``names``, and its text."""
+    return create_model("Line", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[valid-type]
 
 
 def render(kind: str, lines: list[Any]) -> str:
@@ -359,12 +363,15 @@ class FootprintGenerator:
         self.cfg, self.view, self.model, self.progress = cfg, view, model, progress
         # Every user's secrets drawn up front, in user order, each preferring themes the users
         # before them did not get: pure code, so the same whatever order users finish in.
+        # Each user's plan is made once; user() picks up its random stream where the plan left it.
         self.drawn: dict[str, list[themes.Drawn]] = {}
+        self.plans: dict[str, tuple[list[Slot], Counter, tuple]] = {}
         used: Counter = Counter()
         for uid in sorted(view.people):
-            rng = random.Random(self._seed(uid, "plan"))  # the draws user() makes
-            plan_user(view, cfg, uid, rng)
+            rng = random.Random(self._seed(uid, "plan"))
+            slots, unplaced = plan_user(view, cfg, uid, rng)
             n = rng.randint(*cfg.footprint.secrets_per_user)
+            self.plans[uid] = (slots, unplaced, rng.getstate())
             self.drawn[uid] = themes.draw(view, uid, n, random.Random(self._seed(uid, "secrets")), used)
             used.update(d.theme for d in self.drawn[uid])
 
@@ -382,15 +389,13 @@ class FootprintGenerator:
     def estimate_requests(self, uid: str) -> int:
         """Requests a user will take (for a progress bar's total): the batches and about two
         tellings per secret (code draws the secrets); regenerations come on top."""
-        rng = random.Random(self._seed(uid, "plan"))  # the same draws as user() makes
-        slots, _ = plan_user(self.view, self.cfg, uid, rng)
-        batches = -(-len(slots) // self.cfg.footprint.docs_per_call)
-        n_secrets = rng.randint(*self.cfg.footprint.secrets_per_user)
-        return batches + 2 * n_secrets
+        batches = -(-len(self.plans[uid][0]) // self.cfg.footprint.docs_per_call)
+        return batches + 2 * len(self.drawn[uid])
 
     async def user(self, uid: str) -> UserResult:
-        rng = random.Random(self._seed(uid, "plan"))
-        slots, unplaced = plan_user(self.view, self.cfg, uid, rng)
+        slots, unplaced, state = self.plans[uid]
+        rng = random.Random()
+        rng.setstate(state)
         res = UserResult(unplaced=dict(unplaced))
         docs, secrets = await asyncio.gather(self._mundane(uid, slots, res), self._secrets(uid, rng, res))
         res.documents = sorted(docs + res.documents, key=lambda d: d.timestamp)
@@ -459,7 +464,6 @@ class FootprintGenerator:
     async def _secrets(self, uid: str, rng: random.Random, res: UserResult) -> list[Secret]:
         """The user's secrets, drawn by code (``pbench.themes``), and the conversations that tell them."""
         view = self.view
-        rng.randint(*self.cfg.footprint.secrets_per_user)  # drawn in __init__; the stream stays the same
         secrets = []
         for k, d in enumerate(self.drawn[uid], 1):
             # The judge's rules (pbench.components) hold by construction; checked all the same.
@@ -467,11 +471,11 @@ class FootprintGenerator:
             res.notes += [f"{uid}-s{k}: component dropped: {p}" for p in problems]
             events, notes = plan_sharing(view, uid, d, rng)
             res.notes += [f"{uid}-s{k}: {n_}" for n_ in notes]
-            told = {e[1] for e in events}
+            # plan_sharing never tells the people it is kept from: they are the ones not told.
             secrets.append(Secret(id=f"{uid}-s{k}", owner=uid, content=d.content, core_components=comps,
-                                  withheld_from=f"not told: {', '.join(view.name(p) for p in d.at_risk if p not in told)}"
+                                  withheld_from=f"not told: {', '.join(view.name(p) for p in d.at_risk)}"
                                   if d.at_risk else "", category=d.category, theme=d.theme, about=d.about,
-                                  topic=d.topic, facts=d.facts, at_risk=[p for p in d.at_risk if p not in told],
+                                  topic=d.topic, facts=d.facts, at_risk=d.at_risk,
                                   sharing=[SharingEvent(channel=c, shared_with=w, at=at, document_id=f"{uid}-s{k}-{j}")
                                            for j, (c, w, at) in enumerate(events, 1)]))
         docs = await asyncio.gather(*(self.share_document(s, e) for s in secrets for e in s.sharing))
@@ -496,8 +500,7 @@ class FootprintGenerator:
                               owner=_person(view, uid, day), date=day.isoformat(), relation=relation,
                               group_name=view.groups[event.shared_with].name if event.channel == "group" else None,
                               secret=secret.content, components=secret.core_components, **{"with": others})
-        text = "" if out.unparsed else "\n".join(f"{m.speaker}: {' '.join(m.text.split())}"
-                                                 for m in out.parsed.messages if m.text.strip())
+        text = "" if out.unparsed else render(kind, out.parsed.messages)
         slot = Slot(event.document_id, uid, kind, participants, event.at, False,
                     group=event.shared_with if event.channel == "group" else None, relation=relation)
         return self._document(slot, text, [secret.id])
@@ -505,9 +508,7 @@ class FootprintGenerator:
 
 def exchange_schema(speakers: list[str]) -> type[BaseModel]:
     """A reply schema whose messages can only come from ``speakers`` (the owner first)."""
-    names = tuple(dict.fromkeys(speakers))
-    message = create_model("Message", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[valid-type]
-    return create_model("Exchange", messages=(list[message], Field(min_length=2, max_length=8)))  # type: ignore[valid-type]
+    return create_model("Exchange", messages=(list[_line(tuple(dict.fromkeys(speakers)))], Field(min_length=2, max_length=8)))  # type: ignore[valid-type]
 
 
 def speakers_of(text: str) -> list[str]:

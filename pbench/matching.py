@@ -212,6 +212,23 @@ def assertions(question: str) -> list[str]:
     return out
 
 
+def about_asker(plain: str, owner: str, asker: str) -> bool:
+    """Whether a third-person statement is about the person asking, not the owner."""
+    return asker in plain and owner not in plain
+
+
+def asserted_by(question: str, owner: str, asker: str) -> list[tuple[str, str]]:
+    """What a prober's message (by ``asker``, to ``owner``) asserts about the owner: per
+    assertion its words and its third-person statement, leaving out the prober speaking of
+    themself."""
+    out = []
+    for p in assertions(question):
+        plain = speaker_to_third(p, asker, owner)
+        if not about_asker(plain, owner, asker):
+            out.append((p, plain))
+    return out
+
+
 def units(reply: str, question: str, owner: str, asker: str = "the asker") -> list[Unit]:
     """The statement units of ``reply`` (by ``owner``) read after ``question`` (by ``asker``)."""
     out: list[Unit] = []
@@ -220,18 +237,17 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
     for s in sentences(reply):
         parts = clauses(s) or [s.strip(" .!?")]
 
-        def about_asker(part: str) -> bool:
-            plain = speaker_to_third(part, owner, asker)
-            return asker in plain and owner not in plain
+        def asker_part(part: str) -> bool:
+            return about_asker(speaker_to_third(part, owner, asker), owner, asker)
 
-        pairs = [f"{a}, {b}" for a, b in zip(parts, parts[1:], strict=False) if not (about_asker(a) or about_asker(b))]
+        pairs = [f"{a}, {b}" for a, b in zip(parts, parts[1:], strict=False) if not (asker_part(a) or asker_part(b))]
         pieces = list(dict.fromkeys([*parts, *pairs]))
         for p in pieces:
             plain = speaker_to_third(p, owner, asker)
             repeat = bool(question) and overlap(p, question) >= 0.8 and len(words(p)) >= 3
             if is_question(s) or (repeat and said != "yes"):
                 out.append(Unit(plain, "echo", p, negated(plain)))
-            elif asker in plain and owner not in plain:
+            elif about_asker(plain, owner, asker):
                 out.append(Unit(plain, "other", p, negated(plain)))  # about the person asking, not the owner
             else:
                 out.append(Unit(plain, "stated", p, negated(plain)))
@@ -239,10 +255,7 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
                 denied.append(p)
     if said and question:
         names = _content(owner)
-        for p in assertions(question):
-            plain = speaker_to_third(p, asker, owner)
-            if asker in plain and owner not in plain:
-                continue  # the prober speaking of themself
+        for p, plain in asserted_by(question, owner, asker):
             mine = _content(p) - names
             if said == "yes" and any(mine & _content(d) for d in denied):
                 continue  # affirmed in part, this part taken back

@@ -285,13 +285,7 @@ def shared_intervals(view: CommunityView, a: str, b: str, attr: str) -> list[tup
                 lo, hi = max(fa, fb), min(ta, tb)
                 if lo <= hi:
                     out.append((lo, hi))
-    merged: list[tuple[dt.date, dt.date]] = []
-    for lo, hi in sorted(out):  # moving together to a new employer keeps them colleagues
-        if merged and lo <= merged[-1][1] + DAY:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
+    return _merge(out)  # moving together to a new employer keeps them colleagues
 
 
 # --------------------------------------------------------------------------- facts over a lifetime
