@@ -97,6 +97,7 @@ class RawReply:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    injected: bool = False  # a fault made on purpose (``FaultyBackend``): never cached as the model's answer
 
 
 @dataclass
@@ -201,6 +202,17 @@ class _Runtime:
 RUNTIME = _Runtime()
 
 
+async def gather_bounded(fn: Callable[[Any], Coroutine[Any, Any, T]], items: Sequence[Any], limit: int) -> list[T]:
+    """``await fn(item)`` for every item, at most ``limit`` at once; results in the items' order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(item: Any) -> T:
+        async with gate:
+            return await fn(item)
+
+    return list(await asyncio.gather(*(one(x) for x in items)))
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from sync code, even inside a running notebook loop."""
     return RUNTIME.submit(coro).result()
@@ -226,10 +238,11 @@ class ResponseCache:
         return RawReply(**json.loads(row[0])) if row else None
 
     def put(self, key: str, reply: RawReply) -> None:
+        if reply.injected:
+            raise ValueError("an injected fault is not the model's answer: it is never cached")
+        record = {"text": reply.text, "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, json.dumps(reply.__dict__), time.time())
-            )
+            self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, json.dumps(record), time.time()))
 
     def __len__(self) -> int:
         with self._lock:
@@ -426,6 +439,11 @@ class FaultyBackend:
     ``empty``, ``timeout``, ``rate_limit`` (HTTP 429) and ``server_error`` (HTTP 500). Errors
     are the OpenAI client's own exception types, raised at once instead of after the wait.
 
+    Whether a call misbehaves, and how, is decided from the call itself (its messages,
+    settings and schema), the seed, and how many times that same call was made before: never
+    from a generator shared by concurrent calls, so a run's faults do not depend on the order
+    in which replies arrive. A faulty reply is marked ``injected`` and never cached.
+
     Args:
         inner: the real backend.
         rate: share of calls that misbehave.
@@ -438,20 +456,30 @@ class FaultyBackend:
                  on_fault: Callable[[str], None] = lambda kind: None) -> None:
         self.inner = inner
         self.identity = inner.identity  # the same cache keys as the real model
-        self.rate, self.kinds, self.on_fault = rate, list(kinds), on_fault
-        self._rng = random.Random(seed)
+        self.rate, self.kinds, self.on_fault, self.seed = rate, list(kinds), on_fault, seed
+        self._tries: dict[str, int] = defaultdict(int)
+
+    def decide(self, messages: Sequence[Message], schema: dict[str, Any] | None, settings: dict[str, Any]) -> str | None:
+        """The fault this call gets (None: none), from the call's key and its repeat count."""
+        key = cache_key(self.identity, messages, {**settings, "schema": schema})
+        n = self._tries[key]
+        self._tries[key] = n + 1
+        draw = hashlib.sha256(f"{self.seed}|{key}|{n}".encode()).digest()
+        if int.from_bytes(draw[:8], "big") / 2**64 >= self.rate:
+            return None
+        return self.kinds[int.from_bytes(draw[8:16], "big") % len(self.kinds)]
 
     async def generate(
         self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
     ) -> RawReply:
-        if self._rng.random() >= self.rate:
+        kind = self.decide(messages, schema, settings)
+        if kind is None:
             return await self.inner.generate(messages, schema=schema, settings=settings)
-        kind = self._rng.choice(self.kinds)
         self.on_fault(kind)
         if kind == "invalid_json":
-            return RawReply('{"facts": ["unfinished' if schema is not None else "")
+            return RawReply('{"facts": ["unfinished' if schema is not None else "", injected=True)
         if kind == "empty":
-            return RawReply("")
+            return RawReply("", injected=True)
         import openai
 
         request = httpx.Request("POST", "http://injected.invalid/v1/chat/completions")
@@ -548,6 +576,36 @@ class ChatModel:
         """Blocking form of ``acomplete``."""
         return run_sync(self.acomplete(messages, schema, **kw))
 
+    async def ask(
+        self,
+        stage: str,
+        template: str,
+        schema: type[BaseModel] | None = None,
+        *,
+        seed: int | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        progress: Any = None,
+        **variables: Any,
+    ) -> Completion:
+        """Render the prompt ``pbench/prompts/<stage>/<template>.j2`` with ``variables`` and
+        answer it as one user message: the one way stage code asks a model for a reply.
+
+        Args:
+            stage, template: which prompt.
+            schema, seed, temperature, max_tokens: as for ``acomplete``.
+            progress: a tqdm bar ticked once the request is answered, or None.
+            variables: the template's variables.
+        """
+        from pbench import prompts
+
+        text = prompts.render(stage, template, **variables)
+        out = await self.acomplete([{"role": "user", "content": text}], schema, seed=seed, temperature=temperature,
+                                   max_tokens=max_tokens)
+        if progress is not None:
+            progress.update(1)
+        return out
+
     async def _complete(
         self,
         messages: Sequence[Message],
@@ -599,7 +657,7 @@ class ChatModel:
             self._semaphore = asyncio.Semaphore(self.concurrency)
         async with self._semaphore:
             reply = await self._call_with_retries(messages, schema, settings)
-        if self.cache is not None:
+        if self.cache is not None and not reply.injected:
             self.cache.put(key, reply)
         return reply, False
 

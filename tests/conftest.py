@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,6 +56,30 @@ class FakeBackend:
         if isinstance(item, BaseException):
             raise item
         return RawReply(item, prompt_tokens=10, completion_tokens=len(item.split()))
+
+
+class ShuffledBackend:
+    """Wraps a backend so that concurrent calls finish in an order unrelated to the order they
+    started in: each waits a delay drawn from ``seed`` before answering. Two seeds, two orders."""
+
+    def __init__(self, inner: Any, seed: int, max_delay_s: float = 0.02) -> None:
+        self.inner, self.identity = inner, inner.identity
+        self._rng, self.max_delay_s = random.Random(seed), max_delay_s
+        self.calls = 0
+
+    async def generate(self, messages, *, schema, settings) -> RawReply:
+        self.calls += 1
+        await asyncio.sleep(self._rng.random() * self.max_delay_s)
+        return await self.inner.generate(messages, schema=schema, settings=settings)
+
+
+class NoCalls:
+    """A backend that fails the test if it is ever called (a run that must come from the cache)."""
+
+    identity = {"provider": "fake", "model": "scripted"}
+
+    async def generate(self, messages, *, schema, settings) -> RawReply:
+        raise AssertionError(f"a model call where the cache should have answered: {messages[-1]['content'][:80]!r}")
 
 
 @pytest.fixture

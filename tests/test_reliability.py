@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel
 
 from pbench import cli, config, judging, llm, probing, rag, report, run, store
-from tests.conftest import FakeBackend, minimal_params
+from tests.conftest import FakeBackend, ShuffledBackend, minimal_params
 from tests.test_footprint import bow_embed
 from tests.test_probing import cfg
 from tests.test_rag import dataset  # noqa: F401  (fixtures)
@@ -41,7 +41,7 @@ def faulty(role, reply, ledger, rate=0.3, seed=0, **spec):
 
 def test_a_third_of_calls_failing_every_request_ends_bounded_and_counted():
     ledger = llm.Ledger()
-    m, kinds = faulty("judge", lambda msgs, s: '{"value": 7}', ledger, max_retries=2, parse_retries=2)
+    m, kinds = faulty("judge", lambda msgs, s: '{"value": 7}', ledger, max_retries=2, parse_retries=1)
 
     async def ask(i):
         try:
@@ -62,8 +62,34 @@ def test_a_third_of_calls_failing_every_request_ends_bounded_and_counted():
     assert all(o.parsed.value == 7 for o in parsed)  # a fault never becomes an answer
     assert all(o.parsed is None and o.error for o in unparsed)  # kept raw, with why
     assert u["give_ups"] == len(gave_up) and u["unparsed"] == len(unparsed) > 0 and gave_up
-    assert u["calls"] <= n * 3 * 3  # (parse_retries + 1) x (max_retries + 1) attempts at most
+    assert u["calls"] <= n * 2 * 3  # (parse_retries + 1) x (max_retries + 1) attempts at most
     assert "gave up after 3 attempts" in str(gave_up[0])
+
+
+def test_faults_are_decided_per_call_whatever_the_order_and_never_cached(tmp_path):
+    """The same calls answered in two different orders meet the same faults; a faulty reply
+    is never stored as the model's answer, so a rerun from the cache gets the real one."""
+
+    def outcomes(order_seed, cache):
+        backend = llm.FaultyBackend(ShuffledBackend(FakeBackend(lambda m, s: '{"value": 7}'), order_seed), 0.4,
+                                    ["invalid_json", "empty"], seed=3)
+        m = llm.ChatModel(config.ModelSpec(provider="openai", model="m", parse_retries=1), "judge", backend, cache,
+                          backoff_s=0.0, ledger=llm.Ledger())
+
+        async def all_of():
+            return await asyncio.gather(*(m.acomplete([{"role": "user", "content": f"q{i}"}], Answer)
+                                          for i in range(60)))
+
+        return [(o.unparsed, o.attempts) for o in llm.run_sync(all_of())]
+
+    first = outcomes(1, None)
+    assert first == outcomes(2, None) and any(u for u, _ in first) and any(a == 2 for _, a in first)
+    cache = llm.ResponseCache(tmp_path / "cache.sqlite")
+    assert outcomes(1, cache) == first  # the same faults, with a cache underneath
+    stored = [json.loads(r)["text"] for (r,) in cache._db.execute("SELECT reply FROM replies")]
+    assert stored and set(stored) == {'{"value": 7}'}  # only real answers were kept
+    with pytest.raises(ValueError, match="never cached"):
+        cache.put("k", llm.RawReply("", injected=True))
 
 
 def says(messages, settings):
