@@ -95,17 +95,8 @@ def run_pbench(ds, index, cfg, probes, in_flight: int, run_dir: Path) -> tuple[l
     runner = probing.Runner(ds, index, roles.role("prober"), {m.label: m for m in roles.panel("assistant")}, panel,
                             cfg.probing.max_rounds, cfg.probing.top_k)
 
-    async def all_conversations() -> list:
-        gate = asyncio.Semaphore(in_flight)
-
-        async def one(probe):
-            async with gate:
-                return await runner.run(probe)
-
-        return await asyncio.gather(*(one(p) for p in probes))
-
     try:
-        convs = llm.run_sync(all_conversations())
+        convs = llm.run_sync(llm.gather_bounded(runner.run, probes, in_flight))
         judged = judging.judge_run(ds, convs, panel, run_dir, in_flight=in_flight)
         return convs, judged
     finally:

@@ -1,7 +1,7 @@
 """Embedded model throughput: tokens/s for one request, aggregate for 4 concurrent requests
 (n_parallel 4), and the model calls a cached rerun makes (target 0).
 
-    python bench/llm_throughput.py [--models qwen2.5-0.5b qwen2.5-1.5b] [--tokens 128]
+    python bench/llm_throughput.py [--models qwen2.5-0.5b qwen2.5-coder-1.5b] [--tokens 128]
 
 Prints one table; no file is written except a throwaway cache in a temp folder.
 """
@@ -70,7 +70,7 @@ def bench(name: str, tokens: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=[m for m in ("qwen2.5-0.5b", "qwen2.5-1.5b") if m in embedded.installed()])
+    ap.add_argument("--models", nargs="+", default=[m for m in ("qwen2.5-0.5b", "qwen2.5-coder-1.5b") if m in embedded.installed()])
     ap.add_argument("--tokens", type=int, default=128)
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "

@@ -41,19 +41,8 @@ def main() -> None:
             runner = probing.Runner(ds, index, roles.role("prober"), {m.label: m for m in roles.panel("assistant")},
                                     judging.Panel.from_config(cfg, roles), cfg.probing.max_rounds, cfg.probing.top_k)
 
-            async def go() -> list:
-                import asyncio
-
-                gate = asyncio.Semaphore(in_flight)
-
-                async def one(p):
-                    async with gate:
-                        return await runner.run(p)
-
-                return await asyncio.gather(*(one(p) for p in plan))
-
             t0 = time.perf_counter()
-            convs = llm.run_sync(go())
+            convs = llm.run_sync(llm.gather_bounded(runner.run, plan, in_flight))
             secs = time.perf_counter() - t0
             print(f"{in_flight:>9} {secs:>8.1f} {60 * len(convs) / secs:>9.2f} {sum(len(c.turns) for c in convs):>6}")
 

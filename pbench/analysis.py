@@ -27,7 +27,7 @@ def load(run_dir: str | Path) -> dict[str, Any]:
     from pbench import footprint, probing
 
     run_dir = Path(run_dir)
-    for name, stage in (("judgements.jsonl", "05_judging"), ("metrics.csv", "05_judging"),
+    for name, stage in (("judgements.jsonl", "05_scoring"), ("metrics.csv", "05_scoring"),
                         ("conversations.jsonl", "04_probing")):
         if not (run_dir / name).exists():
             raise FileNotFoundError(f"{run_dir / name}: missing; run stage {stage} first")
@@ -182,10 +182,10 @@ def draw_breakdowns(long, path: Path | None = None):
             hi.append(100 * (r["hi"] - r["value"]) if ok else 0)
         ax.bar(range(len(vals)), vals, color="C3")
         ax.errorbar(range(len(vals)), vals, yerr=[lo, hi], fmt="none", color="black", capsize=3)
-        for x, (v, n) in enumerate(zip(vals, g["n"], strict=True)):  # a zero bar still says so
-            ax.text(x, v + 2, f"{v:.0f}%" if n else "no cases", ha="center", fontsize=8)
+        for x, (v, (_, r)) in enumerate(zip(vals, g.iterrows(), strict=True)):  # a zero bar still says so
+            ax.text(x, v + 2, f"{v:.0f}%" if r["n"] else metrics.empty(r), ha="center", fontsize=8)
         ax.set_xticks(range(len(vals)), labels, fontsize=8)
-        ax.set_title(f"leakage rate by {by}")
+        ax.set_title(f"leakage rate by {by} (95% interval, secrets resampled)")
         ax.set_ylim(0, 105)
     axes[0].set_ylabel("LR, %")
     return save(fig, path)
@@ -217,19 +217,45 @@ def draw_leak_graph(ds: Any, judgements: list[dict], path: Path | None = None):
 
 
 def headline(long) -> dict[str, str]:
-    """The run's overall figures, formatted: what ``make demo`` prints at the end."""
+    """The run's overall figures with their 95% intervals, counts and secrets, formatted:
+    what ``make demo`` prints at the end and the report's headline boxes show.
+
+    Returns:
+        Label to figure, e.g. ``"leakage rate": "0.0% [0, 56] (0/8 conversations, 3 secrets)"``;
+        IRR counts turns, PC reads ``3.50 / 5 [3.00, 4.00] (8 conversations, 3 secrets)``; an
+        empty figure reads ``all 3 unscored`` or ``no cases``, and unscored conversations
+        are named after the counts (``; 2 unscored``).
+    """
     part = long[long["by"] == "all"].set_index("metric")
     out = {}
     for m, label in (("LR", "leakage rate"), ("OSR", "over-secrecy rate"), ("IRR", "inappropriate retrieval rate"),
                      ("PC", "persona consistency")):
         r = part.loc[m]
         if r["n"] == 0:
-            out[label] = "no cases"
-        elif m == "PC":
-            out[label] = f"{r['value']:.2f} / 5 (n={r['conversations']})"
+            out[label] = metrics.empty(r)
+            continue
+        secrets = metrics.spread(r)
+        unscored = f"; {r['unscored']:.0f} unscored" if r.get("unscored", 0) else ""
+        if m == "PC":
+            counted = f"{r['conversations']:.0f} conversations"
+            figure = f"{r['value']:.2f} / 5 [{r['lo']:.2f}, {r['hi']:.2f}]"
         else:
-            out[label] = f"{100 * r['value']:.1f}% ({r['count']:.0f}/{r['n']})"
+            counted = f"{r['count']:.0f}/{r['n']:.0f} {'turns' if m == 'IRR' else 'conversations'}"
+            figure = f"{100 * r['value']:.1f}% [{100 * r['lo']:.0f}, {100 * r['hi']:.0f}]"
+        out[label] = f"{figure} ({counted}{', ' + secrets if secrets else ''}{unscored})"
     return out
+
+
+def caution(judgements: list[dict], conversations: int = 30, secrets: int = 10) -> str:
+    """A warning when the run is too small to tell anything apart (fewer than
+    ``conversations`` scored conversations or fewer than ``secrets`` distinct secrets among
+    them), naming its numbers; "" otherwise."""
+    scored = [r for r in judgements if r["verdict"] != "unscored"]
+    n, k = len(scored), len({r["secret_id"] for r in scored})
+    if n >= conversations and k >= secrets:
+        return ""
+    return (f"few conversations ({n} scored, {k} secret{'s' if k != 1 else ''}): intervals are wide; "
+            "no difference here is conclusive")
 
 
 # --------------------------------------------------------------------------- several runs
@@ -252,7 +278,7 @@ def compare(run_dirs: list[Path], out_dir: Path) -> Any:
     for d in run_dirs:
         path = Path(d) / "metrics.csv"
         if not path.exists():
-            raise FileNotFoundError(f"{path}: missing; run stage 05_judging of {d} first")
+            raise FileNotFoundError(f"{path}: missing; run stage 05_scoring of {d} first")
         long = pd.read_csv(path)
         part = long[long["by"].isin(["all", "target"])].copy()
         part.insert(0, "run", Path(d).name)

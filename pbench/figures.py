@@ -13,5 +13,5 @@ def save(fig: Any, path: Path | None, rect: tuple[float, float, float, float] | 
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path.with_suffix(".png"), dpi=110)
-        fig.savefig(path.with_suffix(".pdf"))
+        fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})  # the same bytes each run
     return fig

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, create_model
 
-from pbench import audit, components, figures, matching, prompts, store, themes
+from pbench import audit, components, figures, matching, store, themes
 from pbench.config import RunConfig
 from pbench.llm import LLMError
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
@@ -248,7 +248,6 @@ def _moment_on(rng: random.Random, days: list[dt.date]) -> dt.datetime:
 # --------------------------------------------------------------------------- presence check
 
 
-_SENT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -258,7 +257,7 @@ def _norm_words(text: str) -> str:
 
 def spans(text: str) -> list[str]:
     """Sentences of a document (speaker names removed) and pairs of consecutive sentences."""
-    parts = [re.sub(r"^[^:\n]{1,40}:\s*", "", p).strip() for p in _SENT.split(text)]
+    parts = [re.sub(r"^[^:\n]{1,40}:\s*", "", p).strip() for p in matching.sentences(text)]
     parts = [p for p in parts if len(p) > 3]
     return parts + [f"{a} {b}" for a, b in zip(parts, parts[1:])]
 
@@ -375,13 +374,6 @@ class FootprintGenerator:
             self.drawn[uid] = themes.draw(view, uid, n, random.Random(self._seed(uid, "secrets")), used)
             used.update(d.theme for d in self.drawn[uid])
 
-    async def _ask(self, name: str, schema: type[BaseModel], seed: int, **variables: Any):
-        text = prompts.render("footprint", name, **variables)
-        out = await self.model.acomplete([{"role": "user", "content": text}], schema, seed=seed)
-        if self.progress is not None:
-            self.progress.update(1)
-        return out
-
     def _seed(self, uid: str, *parts: Any) -> int:
         key = json.dumps([self.cfg.seed, uid, *parts], default=str)
         return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
@@ -400,6 +392,8 @@ class FootprintGenerator:
         docs, secrets = await asyncio.gather(self._mundane(uid, slots, res), self._secrets(uid, rng, res))
         res.documents = sorted(docs + res.documents, key=lambda d: d.timestamp)
         res.secrets = secrets
+        res.notes.sort()  # concurrent batches note in the order they finish; the file does not
+
         return res
 
     # -- mundane documents, several per request
@@ -422,8 +416,9 @@ class FootprintGenerator:
                 break
             listed = [self._slot_prompt(i + 1, s) for i, s in enumerate(todo)]
             speakers = [owner["name"].split()[0], *(w["first"] for x in listed for w in x["with"]), "Assistant"]
-            out = await self._ask("documents", batch_schema(speakers, len(todo)), self._seed(uid, todo[0].id, attempt),
-                                  owner=owner, slots=listed)
+            out = await self.model.ask("footprint", "documents", batch_schema(speakers, len(todo)),
+                                       seed=self._seed(uid, todo[0].id, attempt), progress=self.progress,
+                                       owner=owner, slots=listed)
             if out.unparsed:
                 res.notes.append(f"batch from {todo[0].id}: unparsed reply ({out.error})")
                 continue
@@ -489,14 +484,15 @@ class FootprintGenerator:
         kind = {"person": "chat", "group": "group_chat", "ai": "ai_chat"}[event.channel]
         if event.channel == "person":
             participants = [uid, event.shared_with]
-            relation = ", ".join(sorted({r.kind for r in view.relationships_between(uid, event.shared_with, day)})) or "acquaintance"
+            relation = view.relation(uid, event.shared_with, day).words or "acquaintance"
         elif event.channel == "group":
             participants, relation = view.members_at(event.shared_with, day), None
         else:
             participants, relation = [uid], None
         others = [_person(view, p, day) for p in participants if p != uid]
         speakers = [view.name(uid).split()[0]] + ([o["name"].split()[0] for o in others] or ["Assistant"])
-        out = await self._ask("share", exchange_schema(speakers), self._seed(event.document_id, attempt), kind=kind,
+        out = await self.model.ask("footprint", "share", exchange_schema(speakers),
+                                   seed=self._seed(event.document_id, attempt), progress=self.progress, kind=kind,
                               owner=_person(view, uid, day), date=day.isoformat(), relation=relation,
                               group_name=view.groups[event.shared_with].name if event.channel == "group" else None,
                               secret=secret.content, components=secret.core_components, **{"with": others})
@@ -607,8 +603,8 @@ def build(cfg: RunConfig, view: CommunityView, model: Any, run_dir: str | Path, 
         _save_user(run_dir, uid, res)
     documents = [d for u in users for d in results[u].documents]
     secrets = [s for u in users for s in results[u].secrets]
-    _write_jsonl(run_dir / "documents.jsonl", [d.model_dump(mode="json") for d in documents])
-    _write_jsonl(run_dir / "secrets.jsonl", [s.model_dump(mode="json") for s in secrets])
+    store.write_jsonl(run_dir / "documents.jsonl", [d.model_dump(mode="json") for d in documents])
+    store.write_jsonl(run_dir / "secrets.jsonl", [s.model_dump(mode="json") for s in secrets])
     report = {
         "users": len(users),
         "resumed_users": resumed,
@@ -631,10 +627,6 @@ def build(cfg: RunConfig, view: CommunityView, model: Any, run_dir: str | Path, 
     store.write_json(run_dir / "footprint.json", report)
     store.atomic_write_text(run_dir / "DATASHEET.md", datasheet(cfg, report))
     return report
-
-
-def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    store.atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 async def _validate(gen: FootprintGenerator, results: dict[str, UserResult], embed: Callable) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-import json
 import random
 import re
 import time
@@ -36,7 +35,7 @@ from pbench import audit, prompts, store
 from pbench.config import RunConfig
 from pbench.footprint import Dataset, may_know
 from pbench.llm import LLMError
-from pbench.rag import Assistant, Index, relation
+from pbench.rag import Assistant, Index
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
 
 
@@ -149,7 +148,7 @@ class Runner:
         # One user message holding the transcript: small models follow this more reliably than
         # a role-flipped chat, and repeat neither their instructions nor a placeholder opener.
         text = prompts.render("probing", "prober", me=me, owner_name=view.name(probe.owner),
-                              relation=relation(view, probe.audience, probe.owner, day), date=day.isoformat(),
+                              relation=view.relation(probe.audience, probe.owner, day).words, date=day.isoformat(),
                               strategy=probe.strategy, authorised=probe.authorised,
                               secret=secret.content if probe.authorised else "",  # an outsider knows the topic only
                               topic=secret.topic or f"something {view.name(probe.owner).split()[0]} keeps private",
@@ -279,10 +278,10 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     t0 = time.perf_counter()
     run_sync(all_conversations())
     seconds = time.perf_counter() - t0
-    _rewrite_in_plan_order(run_dir / "conversations.jsonl", [r.id for r in rows])
+    store.sort_jsonl(run_dir / "conversations.jsonl", [r.id for r in rows])
     convs = load_conversations(run_dir)
     report = {
-        "planned": len(rows), "resumed": len(done), "ran": counts["finished"], "errors": errors,
+        "planned": len(rows), "resumed": len(done), "ran": counts["finished"], "errors": sorted(errors),
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed",
                                                                         "reply_failed")},
@@ -294,17 +293,6 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     }
     store.write_json(run_dir / "probing.json", report)
     return report
-
-
-def _rewrite_in_plan_order(path: Path, ids: list[str]) -> None:
-    """Rewrite the records in plan order, atomically; records of ids the plan no longer holds
-    keep their order after the planned ones."""
-    if not path.exists():
-        return
-    rank = {cid: i for i, cid in enumerate(ids)}
-    with store.locked(path):
-        records = sorted(store.read_jsonl(path), key=lambda r: rank.get(r["id"], len(rank)))
-        store.atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records))
 
 
 def load_conversations(run_dir: str | Path) -> list[Conversation]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -130,10 +129,8 @@ async def tag_documents(docs: list[Document], model: Any, progress: Any = None) 
     """
 
     async def batch(chunk: list[Document]) -> list[dict[str, Any]]:
-        text = prompts.render("rag", "tagger", documents=[d.text for d in chunk])
-        out = await model.acomplete([{"role": "user", "content": text}], TagBatch, temperature=0.0)
-        if progress is not None:
-            progress.update(1)
+        out = await model.ask("rag", "tagger", TagBatch, temperature=0.0, progress=progress,
+                              documents=[d.text for d in chunk])
         verdicts = {} if out.unparsed else {v.index: v.sensitive for v in out.parsed.documents}
         return [{"id": d.id, "sensitive": verdicts.get(i + 1), "unparsed": (i + 1) not in verdicts,
                  "raw": out.text if (i + 1) not in verdicts else None} for i, d in enumerate(chunk)]
@@ -269,14 +266,6 @@ def _retrieved(res: dict[str, Any]) -> list[Retrieved]:
 # --------------------------------------------------------------------------- the assistant
 
 
-def relation(view: CommunityView, owner: str, talker: str, day: dt.date) -> str:
-    kinds = sorted({r.kind.replace("_", " ") for r in view.relationships_between(owner, talker, day)})
-    if kinds:
-        return " and ".join(kinds)
-    shared = [g.name for g in view.groups_at(owner, day) if talker in view.members_at(g.id, day)]
-    return f"fellow member of {shared[0]}" if shared else ""
-
-
 @dataclass
 class Turn:
     """One assistant turn: what it retrieved, the prompt it was given, and its reply."""
@@ -339,7 +328,7 @@ class Assistant:
             when = dt.datetime.fromtimestamp(d.meta["timestamp"], dt.timezone.utc).date().isoformat()
             shown.append({"kind": d.meta["kind"].replace("_", " "), "when": when, "with": ", ".join(others), "text": d.text})
         system = prompts.render("rag", self.prompt, owner=owner, date=day.isoformat(), documents=shown,
-                                talker={"name": self.view.name(talker), "relation": relation(self.view, self.owner, talker, day)})
+                                talker={"name": self.view.name(talker), "relation": self.view.relation(self.owner, talker, day).words})
         return [{"role": "system", "content": system}, *conversation]
 
     async def reply(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime, seed: int | None = None) -> Turn:
@@ -379,7 +368,7 @@ def build(cfg: RunConfig, ds: Any, run_dir: str | Path, tagger: Any | None, prog
             progress.total = -(-len(ds.documents) // TAG_BATCH)
             progress.refresh()
         records = run_sync(tag_documents(ds.documents, tagger, progress))
-        store.atomic_write_text(tag_file, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        store.write_jsonl(tag_file, records)
         tags = {r["id"]: r["sensitive"] for r in records}
     per_user = build_index(ds.documents, ds.view, run_dir, tags, embed=embed)
     report = {
@@ -405,18 +394,16 @@ def unknown_secrets(ds: Any, doc_id: str, talker: str, at: dt.datetime) -> list[
     return [sid for sid in ds.by_id[doc_id].secret_ids if not may_know(ds.secret_by_id[sid], ds.view, talker, at)]
 
 
-def probe_cases(ds: Any, limit: int | None = None) -> list[tuple[Any, str, dt.datetime]]:
-    """For each secret, someone who may not know it (at-risk people first), a day after its last telling."""
-    from pbench.footprint import may_know
+def probe_cases(ds: Any, cfg: RunConfig, limit: int | None = None) -> list[tuple[Any, str, dt.datetime]]:
+    """For each secret in stage 04's plan, its first audience who may not know it, at the
+    probe's time: the probes stage 04 runs (``pbench.probing.plan``), one per secret."""
+    from pbench.probing import plan
 
-    out = []
-    end = dt.datetime.combine(ds.view.period[1], dt.time(23, 59))
-    for s in ds.secrets:
-        at = min(max(e.at for e in s.sharing) + dt.timedelta(days=1), end)
-        people = [p for p in s.at_risk + sorted(ds.view.contacts_at(s.owner, at.date())) + sorted(ds.view.people)
-                  if not may_know(s, ds.view, p, at)]
-        if people:
-            out.append((s, people[0], at))
+    out, seen = [], set()
+    for row in plan(ds, cfg):
+        if not row.authorised and row.secret_id not in seen:
+            seen.add(row.secret_id)
+            out.append((ds.secret_by_id[row.secret_id], row.audience, row.at))
     return out[:limit]
 
 
@@ -434,12 +421,12 @@ def compare_defences(ds: Any, index: Index, secret: Any, talker: str, at: dt.dat
     return pd.DataFrame(rows).set_index(["defence", "rank"])
 
 
-def exposure(ds: Any, index: Index, k: int, cases: list | None = None):
+def exposure(ds: Any, index: Index, k: int, cases: list[tuple[Any, str, dt.datetime]]):
     """Per defence: the share of retrieved documents that carry a secret the talker may not know,
-    over one question per secret (its own content) from someone who may not know it."""
+    over ``cases`` (``probe_cases``: one question per secret, its own content, from someone who
+    may not know it)."""
     import pandas as pd
 
-    cases = probe_cases(ds) if cases is None else cases
     rows = []
     for defence in DEFENCES:
         hits = total = 0

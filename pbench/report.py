@@ -1,9 +1,11 @@
 """``outputs/<run>/report.html``: one self-contained file a researcher can open or send.
 
-Run parameters and models, the headline metrics, the tables, every figure (embedded as
-PNG), and a transcript browser: each conversation with its turns; in a leaking reply the
-sentence behind each revealed component is highlighted, and a retrieved document that
-carries the probed secret is shown and marked. No external resources, no model calls.
+Run parameters and models, the headline metrics with their intervals (and a warning when
+the run is too small to tell anything apart), the counts they rest on, the tables, every
+figure (embedded as PNG), and a transcript browser: each conversation with its turns; in a
+leaking reply the sentence behind each revealed component is highlighted, and a retrieved
+document that carries the probed secret is shown and marked. No external resources, no
+model calls.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pbench import audit, store
+from pbench import analysis, audit, metrics, store
 
 FIGURES = (("rates_by_defence", "LR, OSR and IRR by defence and system prompt"),
            ("tradeoff", "Privacy against utility: leakage against over-secrecy per defence"),
@@ -28,7 +30,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:
 h1{margin-top:24px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 6px;text-align:left}
 .headline{display:flex;gap:16px;flex-wrap:wrap}.headline div{border:1px solid #ddd;border-radius:6px;padding:8px 14px}
-.headline b{font-size:22px;display:block} img{max-width:100%;border:1px solid #eee;margin:6px 0}
+.headline b{font-size:22px;display:block} .caution{color:#a61b1b} img{max-width:100%;border:1px solid #eee;margin:6px 0}
 details{border:1px solid #ddd;border-radius:6px;margin:6px 0;padding:4px 10px} summary{cursor:pointer}
 .turn{margin:6px 0 10px 0} .who{font-weight:600} .reply{background:#f7f7f7;padding:4px 8px;border-radius:4px}
 mark.leak{background:#ffb3b3;padding:0 2px} .doc{font-size:12px;color:#555;margin-left:16px}
@@ -174,7 +176,8 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
     run_dir = Path(run_dir)
     ds = footprint.load_dataset(run_dir)
     convs = probing.load_conversations(run_dir)
-    verdicts = {r["id"]: r["verdict"] for r in store.read_jsonl(run_dir / "judgements.jsonl")}
+    judgements = store.read_jsonl(run_dir / "judgements.jsonl")
+    verdicts = {r["id"]: r["verdict"] for r in judgements}
     manifest = store.read_json(run_dir / "manifest.json", {})
     params = (run_dir / "params.resolved.yaml").read_text() if (run_dir / "params.resolved.yaml").exists() else ""
     models = manifest.get("models", {})
@@ -185,6 +188,15 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
                         for role, v in models.items()) + "</p>",
             '<div class="headline">' + "".join(f"<div>{html.escape(k)}<b>{html.escape(v)}</b></div>"
                                                for k, v in headline.items()) + "</div>"]
+    warning = analysis.caution(judgements)
+    if warning:
+        body.append(f'<p class="caution">{html.escape(warning)}</p>')
+    body += ["<h2>Counts</h2>",
+             "<p>What the figures rest on: conversations scored and unscored (by reason), the "
+             "inappropriate-retrieval turns the judges could not score (left out of the catch rate), "
+             "and the judges' votes that never parsed, that said yes without quoting the reply "
+             "(ungrounded, read as no), and decisions where the judges split evenly (ties).</p>",
+             _table(metrics.counts(judgements))]
     for title, df in tables.items():
         body += [f"<h2>{html.escape(title)}</h2>", _table(df)]
     quality = audit.table(stage_audits(run_dir))

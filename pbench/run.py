@@ -56,14 +56,14 @@ STAGES: tuple[Stage, ...] = (
     Stage("02_footprint", reads=("seed", "footprint", "models.generator"),
           outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md"), partial=("footprint",),
           reports=("footprint.json", "DATASHEET.md")),
-    Stage("03_rag_assistant", reads=("probing.defences", "models.tagger", "models.assistant"),
+    Stage("03_rag_assistant", reads=("seed", "probing", "models.tagger", "models.assistant"),
           outputs=("index.json", "index"), reports=("index.json",)),
     Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant", "models.judge", "judging"),
           outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",),
           reports=("probing.json",)),
-    Stage("05_judging", reads=("seed", "models.judge", "judging"),
-          outputs=("judgements.jsonl", "metrics.csv", "judging.json"), partial=("judgements.jsonl",),
-          reports=("judging.json",)),
+    Stage("05_scoring", reads=("seed", "models.judge", "judging"),
+          outputs=("judgements.jsonl", "metrics.csv", "scoring.json"), partial=("judgements.jsonl",),
+          reports=("scoring.json",)),
     Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "tables", "figures")),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
@@ -258,7 +258,7 @@ def run(
         elif done and unfinished and not force:
             print(f"{st.name}: {unfinished} units of work were given up last time; trying them again")
         marker.unlink(missing_ok=True)
-        _set_aside_stale(run_dir, st, fp)
+        _set_aside_stale(run_dir, st, fp, forced=force)
         usage_file = run_dir / "stages" / f"{st.name}.usage.json"
         usage_file.unlink(missing_ok=True)
         t0 = time.perf_counter()
@@ -331,18 +331,28 @@ def _print_headline(run_dir: Path) -> None:
             print(f"  {key}: {figures[key]}")
 
 
-def _set_aside_stale(run_dir: Path, st: Stage, fp: str) -> None:
+def _set_aside_stale(run_dir: Path, st: Stage, fp: str, forced: bool = False) -> None:
     """Resume only what an attempt with the same fingerprint left. Partial outputs of an attempt
-    with other parameters are moved (never deleted) to ``stale/<stage>-<time>/``."""
+    with other parameters, or of any attempt when ``forced`` (a forced stage recomputes from
+    scratch, its model replies coming from the response cache), are moved (never deleted) to
+    ``stale/<stage>-<time>/``."""
     attempt = run_dir / "stages" / f"{st.name}.attempt.json"
     previous = store.read_json(attempt, default={}).get("fingerprint")
     present = [p for p in st.partial if (run_dir / p).exists()]
-    if previous is not None and previous != fp and present:
+    changed = previous is not None and previous != fp
+    if (forced or changed) and present:
         dest = run_dir / "stale" / f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-        dest.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while dest.exists():  # two forced runs within a second
+            n += 1
+            dest = dest.with_name(f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}-{n}")
+        dest.mkdir(parents=True)
         for p in present:
             (run_dir / p).rename(dest / Path(p).name)
-        print(f"{st.name}: parameters changed since the last attempt; its partial outputs moved to {dest}")
+        why = "--force" if forced else "parameters changed since the last attempt"
+        print(f"{st.name}: {why}: recomputing from scratch; its partial outputs moved to {dest}")
+    elif forced:
+        print(f"{st.name}: --force: recomputing from scratch")
     store.write_json(attempt, {"fingerprint": fp})
 
 

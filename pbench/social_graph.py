@@ -24,6 +24,7 @@ import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ import networkx as nx
 from pydantic import BaseModel
 
 from pbench import audit as audits  # the shared format of every stage's content audit
-from pbench import figures, identities, prompts, store
+from pbench import figures, identities, matching, store
 from pbench.config import RunConfig
 from pbench.identities import Identity, add_years, age_on
 from pbench.schema import (
@@ -135,6 +136,26 @@ class GroupsDraft(BaseModel):
 # --------------------------------------------------------------------------- query API
 
 
+@dataclass(frozen=True)
+class Relation:
+    """A tie between two people on one day (``CommunityView.relation``)."""
+
+    kinds: tuple[str, ...]  # relationship kinds, sorted
+    groups: tuple[str, ...]  # names of the groups both belong to
+
+    @property
+    def words(self) -> str:
+        """For a prompt: "colleague and friend", "fellow member of Book club", or ""."""
+        if self.kinds:
+            return " and ".join(k.replace("_", " ") for k in self.kinds)
+        return f"fellow member of {self.groups[0]}" if self.groups else ""
+
+    @property
+    def label(self) -> str:
+        """For a table: "colleague+friend", "group" (a shared group only) or "none"."""
+        return "+".join(self.kinds) or ("group" if self.groups else "none")
+
+
 class CommunityView:
     """The state of a community at any date: the one query API later stages use.
 
@@ -179,6 +200,13 @@ class CommunityView:
     def members_at(self, gid: str, t: dt.date) -> list[str]:
         """Members of group ``gid`` on day ``t``."""
         return [m.person for m in self.groups[gid].members if m.active(t)]
+
+    def relation(self, a: str, b: str, t: dt.date) -> Relation:
+        """How ``b`` is tied to ``a`` on day ``t``: their relationship kinds, else the groups
+        they share. The one reading of a tie: in prompts (``words``) and in tables (``label``)."""
+        kinds = tuple(sorted({r.kind for r in self.relationships_between(a, b, t)}))
+        groups = tuple(g.name for g in self.groups_at(a, t) if b in self.members_at(g.id, t))
+        return Relation(kinds, groups)
 
     def graph_at(self, t: dt.date | None = None) -> nx.MultiGraph:
         """People as nodes, relationships active on ``t`` (all of them when ``t`` is None) as edges."""
@@ -921,7 +949,7 @@ def fit_persona(text: str, ident: Identity, occupation: str) -> tuple[str, list[
     if (said.country and said.country != ident.country) or (said.city and said.city != ident.city):
         # Sentences that name another place go; code states where they live.
         places = [*identities.all_places(), *identities.REGIONS]
-        keep = [s for s in re.split(r"(?<=[.!?])\s+", text)
+        keep = [s for s in matching.sentences(text)
                 if not any(re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", s) for p in places)]
         age = re.search(r"\b[Aa]n? \d{1,3}-year-old", keep[0]) if keep else None
         head = "" if age else f"A {ident.age}-year-old {occupation} living in {ident.location}."
@@ -973,12 +1001,8 @@ class Generator:
         """A generator of its own for one job, seeded by the run's seed and the job's id."""
         return random.Random(":".join((str(self.cfg.seed), *what)))
 
-    async def _ask(self, stage_prompt: str, schema: type[BaseModel], seed: int, **variables: Any) -> Any:
-        text = prompts.render("social_graph", stage_prompt, **variables)
-        out = await self.model.acomplete([{"role": "user", "content": text}], schema, seed=seed)
-        if self.progress is not None:
-            self.progress.update(1)
-        return out
+    async def _ask(self, template: str, schema: type[BaseModel], seed: int, **variables: Any) -> Any:
+        return await self.model.ask("social_graph", template, schema, seed=seed, progress=self.progress, **variables)
 
     def _seed_identities(self, candidates: list[dict[str, str]], pid: str, taken: set[str]) -> list[Identity]:
         out = []
@@ -1072,6 +1096,9 @@ class Generator:
         # 4. Groups around shared attributes.
         groups = await self._groups(people, rels, n_groups)
 
+        # Concurrent requests note their changes as their replies arrive: sorted, so that the file
+        # does not depend on that order.
+        self.changes.sort(key=lambda c: (c.record, c.check, c.action))
         proposed = Community(period_start=self.start, period_end=self.end, people=people, relationships=rels,
                              groups=groups, changes=self.changes)
         self.found_before = {k: len(v) for k, v in check(proposed).items()}

@@ -48,9 +48,26 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def _lines(records: Iterable[dict[str, Any]]) -> str:
+    """Records as JSON lines: the one encoding of every JSONL file a run writes."""
+    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, default=str) + "\n" for r in records)
+
+
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     """Write records as JSON lines, atomically (the whole file or nothing)."""
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    atomic_write_text(path, _lines(records))
+
+
+def sort_jsonl(path: str | Path, ids: list[str], key: str = "id") -> None:
+    """Rewrite a JSONL file with its records in the order of ``ids`` (their ``key`` field),
+    atomically, under the file's lock: records written as concurrent work finished come out
+    in plan order. Records whose id is not in ``ids`` keep their order after the others."""
+    path = Path(path)
+    if not path.exists():
+        return
+    rank = {v: i for i, v in enumerate(ids)}
+    with locked(path):
+        write_jsonl(path, sorted(read_jsonl(path), key=lambda r: rank.get(r.get(key), len(rank))))
 
 
 def read_json(path: str | Path, default: Any = None) -> Any:
@@ -83,7 +100,7 @@ def append_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     One ``write`` of complete lines under a lock, then fsync: a crash leaves at most a
     torn last line, which ``read_jsonl`` drops and ``repair_jsonl`` cuts off.
     """
-    payload = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+    payload = _lines(records)
     if not payload:
         return
     path = Path(path)

@@ -165,3 +165,12 @@ def test_input_files_are_relative_to_the_parameter_file(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(minimal_params(**{"validation.dev_set": "data/dev.jsonl"})))
     assert config.load(path).validation.dev_set == (tmp_path / "data" / "dev.jsonl").resolve()
+
+
+def test_an_old_embedded_model_name_still_works_with_one_deprecation_line(capsys, monkeypatch):
+    monkeypatch.setattr(config, "_warned", set())
+    old = {"provider": "local", "model": "qwen2.5-1.5b"}
+    cfg = config.parse(minimal_params(**{"models.generator": old, "models.prober": old}))
+    assert cfg.models.generator.model == cfg.models.prober.model == "qwen2.5-coder-1.5b"
+    err = capsys.readouterr().err
+    assert err.count("deprecated") == 1 and "'qwen2.5-coder-1.5b'" in err

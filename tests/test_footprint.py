@@ -10,8 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from pbench import config, footprint as fp, llm, social_graph as sg
-from tests.conftest import FakeBackend, minimal_params
+from pbench import config, footprint as fp, llm, reproduce, social_graph as sg
+from tests.conftest import FakeBackend, NoCalls, ShuffledBackend, minimal_params
 from tests.test_social_graph import community  # noqa: F401  (the hand-made community fixture)
 
 D = dt.date
@@ -110,7 +110,7 @@ def test_presence_validator_labels_and_catches_a_document_without_its_secret():
 # --------------------------------------------------------------------------- scripted generation
 
 
-def scripted(leave_out_secret_once=False, skip_index=None, monologue_once=False):
+def scripted(leave_out_secret_once=False, skip_index=None, monologue_once=False, skip_word=None):
     state = {"share_calls": 0, "monologues": 0}
 
     def reply(messages, settings):
@@ -135,7 +135,7 @@ def scripted(leave_out_secret_once=False, skip_index=None, monologue_once=False)
             if monologue_once and not state["monologues"] and "conversation" in line:
                 state["monologues"] += 1  # one writer's monologue: not an exchange
                 other = me
-            if int(i) != skip_index:
+            if int(i) != skip_index and not (skip_word and skip_word in line):
                 docs.append({"index": int(i), "lines": [{"speaker": me, "text": f"mundane chat number {i} about lunch"},
                                                         {"speaker": other, "text": "sure"}]})
         return json.dumps({"documents": docs})
@@ -215,6 +215,23 @@ def test_rerun_resumes_finished_users(community, tmp_path):  # noqa: F811
     assert 0 < len(again.calls) < calls_first / 2
     assert second["documents"] == first["documents"]
     assert (tmp_path / "documents.jsonl").read_text() == before
+
+
+def test_replies_in_any_order_write_the_same_files_and_a_cached_run_calls_nothing(community, tmp_path):  # noqa: F811
+    """Stage 02 with requests answered in two different orders writes the same files (its notes
+    included); from the first run's response cache, a third run makes no call."""
+    view = sg.CommunityView(community)
+    files = ("documents.jsonl", "secrets.jsonl", "footprint.json")
+    got = []
+    for name, backend in (("a", ShuffledBackend(scripted(skip_word="purchase")[0], 1)),
+                          ("b", ShuffledBackend(scripted(skip_word="purchase")[0], 2)), ("c", NoCalls())):
+        if name == "c":
+            reproduce.copy_cache(tmp_path / "a" / "llm_cache.sqlite", tmp_path / "c" / "llm_cache.sqlite")
+        sg.save(community, {}, tmp_path / name)
+        _build(cfg_for(), view, backend, tmp_path / name)
+        got.append([reproduce.normalised(tmp_path / name / f, tmp_path / name) for f in files])
+    assert json.loads((tmp_path / "a" / "footprint.json").read_text())["notes"]  # dropped documents, noted
+    assert got[0] == got[1] == got[2]
 
 
 def test_loader_names_a_bad_record(community, tmp_path):  # noqa: F811

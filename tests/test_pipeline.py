@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pbench import config, embedded, footprint as fp, llm, probing as pr, run, social_graph as sg
+from pbench import config, embedded, footprint as fp, llm, probing as pr, reproduce, run, social_graph as sg
 
 CANARY = "sk-canary-5f1c0e7d9b2a4c3e8d6f"
 
@@ -54,18 +54,21 @@ def key_checking_proxy(upstream: str, key: str):
 
 
 @pytest.mark.slow
-def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
+def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     data = yaml.safe_load(open(run.repo_root() / "params" / "tiny.yaml"))
     data["outputs_dir"] = str(tmp_path)
     local = data["models"]["prober"]
     upstream, _ = llm.SERVERS.url(config.ModelSpec(**local))
     monkeypatch.setenv("PBENCH_CANARY_KEY", CANARY)
-    with key_checking_proxy(upstream, CANARY) as (url, seen):
-        data["models"]["prober"] = {**{k: v for k, v in local.items() if k != "provider"}, "provider": "openai",
-                                    "base_url": url, "api_key_env": "PBENCH_CANARY_KEY", "max_concurrency": 2}
-        params = tmp_path / "tiny.yaml"
-        params.write_text(yaml.safe_dump(data))
-        results = run.run(params, progress=False)
+    # One proxy for the whole test: its address is part of the prober's cache key.
+    stack = contextlib.ExitStack()
+    request.addfinalizer(stack.close)
+    url, seen = stack.enter_context(key_checking_proxy(upstream, CANARY))
+    data["models"]["prober"] = {**{k: v for k, v in local.items() if k != "provider"}, "provider": "openai",
+                                "base_url": url, "api_key_env": "PBENCH_CANARY_KEY", "max_concurrency": 2}
+    params = tmp_path / "tiny.yaml"
+    params.write_text(yaml.safe_dump(data))
+    results = run.run(params, progress=False)
     assert [r.status for r in results] == ["ran"] * len(run.STAGES)
     assert seen["with_key"] > 0 and seen["without"] == 0
     _nothing_holds(CANARY, tmp_path, capfd)
@@ -136,10 +139,25 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd):
     # A rerun of a finished run skips every stage and calls no model.
     again = run.run(params, progress=False)
     assert [r.status for r in again] == ["skipped"] * len(run.STAGES)
-    # Forced, stage 02 regenerates nothing: every user resumes and every reply is cached.
-    forced = run.run(params, stages=["02"], force=True, progress=False)
-    calls = sum(u["calls"] for m in forced[0].usage.values() for u in m.values())
-    assert calls == 0
+
+    # Reproduction: the same parameters into another run folder, from a copy of this run's response
+    # cache, make no model call and write the same data files; so does --force there, recomputing
+    # every stage from scratch.
+    other = tmp_path / "again"
+    replies = reproduce.copy_cache(out / "llm_cache.sqlite", other / "llm_cache.sqlite")
+    params2 = tmp_path / "again.yaml"
+    params2.write_text(yaml.safe_dump({**data, "outputs_dir": str(other),
+                                       "llm": {**data.get("llm", {}), "cache_path": str(other / "llm_cache.sqlite")}}))
+    compared = len(reproduce.data_files(out))
+    for forced in (False, True):
+        redone = run.run(params2, force=forced, progress=False)
+        calls = reproduce.model_calls(redone)
+        differ = reproduce.differences(out, other / "tiny")
+        with open(tmp_path / "reproduction.txt", "a") as fh:  # the figures, for whoever reads the run
+            fh.write(f"reproduction{' (--force)' if forced else ''}: {sum(calls.values())} model calls with {replies} "
+                     f"cached replies; {compared - len(differ)} of {compared} data files identical; {differ}\n")
+        assert calls == dict.fromkeys((s.name for s in run.STAGES), 0)
+        assert differ == {}
 
 
 def _nothing_holds(secret: str, root, capfd) -> None:

@@ -97,18 +97,24 @@ def test_unknown_stage_and_bad_params_fail_before_running(project, tmp_path):
 
 
 @pytest.mark.slow
-def test_partial_outputs_resume_only_under_the_same_parameters(project):
+def test_partial_outputs_resume_only_under_the_same_parameters_and_force_recomputes(project, capsys):
     tmp_path, nbs, params, _ = project
     _notebook(nbs / "01_one.ipynb", 'p = ctx.path("part.txt")\nold = p.read_text() if p.exists() else ""\n'
                                     'p.write_text(old + "x")\nctx.path("one.txt").write_text(p.read_text())')
     stages = (run.Stage("01_one", reads=("seed",), outputs=("one.txt",), partial=("part.txt",)),)
     out = tmp_path / "out" / "t"
-    go = lambda: run.run(params, notebooks_dir=nbs, all_stages=stages, progress=False, force=True)  # noqa: E731
+    go = lambda **kw: run.run(params, notebooks_dir=nbs, all_stages=stages, progress=False, **kw)  # noqa: E731
     go()
+    (out / "stages" / "01_one.json").unlink()  # as if killed before it finished
     go()  # same parameters: resumes from part.txt
     assert (out / "one.txt").read_text() == "xx"
+    go(force=True)  # --force recomputes from scratch, and says so; the partial output is kept aside
+    assert (out / "one.txt").read_text() == "x"
+    assert "01_one: --force: recomputing from scratch" in capsys.readouterr().out
+    assert [p.read_text() for p in (out / "stale").glob("01_one-*/part.txt")] == ["xx"]
     params.write_text(yaml.safe_dump(minimal_params(outputs_dir=str(tmp_path / "out"), seed=9)))
+    (out / "stages" / "01_one.json").unlink()
     go()  # other parameters: starts afresh; the old partial output is kept aside, not deleted
     assert (out / "one.txt").read_text() == "x"
-    stale = list((out / "stale").glob("01_one-*/part.txt"))
-    assert len(stale) == 1 and stale[0].read_text() == "xx"
+    stale = sorted(p.read_text() for p in (out / "stale").glob("01_one-*/part.txt"))
+    assert stale == ["x", "xx"]

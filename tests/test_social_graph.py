@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from pbench import config, identities, llm, social_graph as sg
+from pbench import config, identities, llm, reproduce, social_graph as sg
 from pbench.schema import AttributeValue, Community, Group, Membership, Person, Relationship
-from tests.conftest import FakeBackend, minimal_params
+from tests.conftest import FakeBackend, NoCalls, ShuffledBackend, minimal_params
 
 D = dt.date
 START, END = D(2024, 1, 1), D(2024, 12, 31)
@@ -512,3 +512,30 @@ def test_same_seed_same_community(tmp_path):
     assert a == b
     c, _ = _generate(_cfg(seed=2), scripted_generator(), tmp_path / "c")
     assert [p.name for p in c.people] != [p.name for p in a.people]
+
+
+def test_replies_in_any_order_give_the_same_community_and_a_cached_run_calls_nothing(tmp_path):
+    """Concurrent profile and expansion requests answered in two different orders give the same
+    community; a run from the first one's response cache makes no call and gives it again."""
+
+    def by_content(messages, settings):  # the same reply for the same prompt, whenever it comes
+        text = messages[-1]["content"]
+        if "Decide how they know each other" in text:
+            return json.dumps({"relationships": [{"a": "u01", "b": "u02", "kind": "friend"},
+                                                 {"a": "u02", "b": "u03", "kind": "neighbour"}]})
+        if "group chat" in text:
+            return "no groups today"  # formed by code, noted
+        if "needs one new person" in text:
+            return json.dumps({"persona": "John Doe is a clerk. He loves chess.",  # a name code replaces, noted
+                               "profile": _profile("John Doe", employer="Acme", location="Leeds, England")})
+        return json.dumps(_profile("John Doe", employer="Acme", location="Leeds, England", event="new_job"))
+
+    cfg = _cfg(**{"community.size": 8, "community.personas_path": _personas(tmp_path)})
+    first, shuffled = ShuffledBackend(FakeBackend(by_content), 1), ShuffledBackend(FakeBackend(by_content), 2)
+    a, _ = _generate(cfg, first, tmp_path / "a")
+    b, _ = _generate(cfg, shuffled, tmp_path / "b")
+    assert first.calls == shuffled.calls > 5 and a.changes
+    assert a == b
+    reproduce.copy_cache(tmp_path / "a" / "llm_cache.sqlite", tmp_path / "c" / "llm_cache.sqlite")
+    c, _ = _generate(cfg, NoCalls(), tmp_path / "c")
+    assert c == a
