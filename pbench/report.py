@@ -161,6 +161,20 @@ def _table(df: Any) -> str:
     return df.to_html(border=0, na_rep="–", escape=True)
 
 
+def _experiment_params(path: Path) -> str:
+    """The resolved parameters without where this run's files happen to be (``outputs_dir``,
+    ``llm.cache_path``): they describe this machine, not the experiment, and a report made
+    elsewhere from the same parameters is the same report."""
+    import yaml
+
+    if not path.exists():
+        return ""
+    data = yaml.safe_load(path.read_text()) or {}
+    data.pop("outputs_dir", None)
+    data.get("llm", {}).pop("cache_path", None)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
 def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str]) -> Path:
     """Write ``report.html`` from the run's records and the tables stage 06 computed.
 
@@ -179,7 +193,7 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
     judgements = store.read_jsonl(run_dir / "judgements.jsonl")
     verdicts = {r["id"]: r["verdict"] for r in judgements}
     manifest = store.read_json(run_dir / "manifest.json", {})
-    params = (run_dir / "params.resolved.yaml").read_text() if (run_dir / "params.resolved.yaml").exists() else ""
+    params = _experiment_params(run_dir / "params.resolved.yaml")
     models = manifest.get("models", {})
     body = [f"<h1>PrivacyBench report: {html.escape(run_dir.name)}</h1>",
             f"<p>pbench {html.escape(str(manifest.get('pbench_version', '?')))}, commit "
