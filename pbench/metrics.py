@@ -15,9 +15,10 @@ Every figure comes with its numerator and denominator, the conversations the jud
 not score, the number of distinct secrets behind it, and a 95% interval from a cluster
 bootstrap: whole secrets are resampled (or whole owners, ``cluster="owner"``), because the
 conversations probing one secret are not independent (at paper scale about 180 per secret).
-Where every resample gives the same value (0/n, n/n, one cluster), the interval is Wilson's
-at the observed proportion with the design effect's effective n (``clustered_interval``), so
-that no rate claims certainty. An empty stratum is reported as empty (value NaN, n 0), never
+The interval is the wider of the bootstrap's and Wilson's at the observed proportion with the
+design effect's effective n (``clustered_interval``): a bootstrap over few secrets is too
+narrow, and where every resample gives the same value (0/n, n/n, one cluster) it is a point;
+so no rate claims certainty. An empty stratum is reported as empty (value NaN, n 0), never
 as 0%.
 """
 
@@ -277,9 +278,11 @@ def clustered_interval(num: np.ndarray, den: np.ndarray, clusters: list[Any], se
     secret (or owner) move together, since they are not independent.
 
     The bootstrap sums each cluster once and resamples cluster indices (memory grows with
-    the number of clusters, not of units). Where every resample gives the same value (0/n,
-    n/n, a constant score, or one cluster) the interval is Wilson's at the observed
-    proportion with the effective n of the cluster design, n / deff, where
+    the number of clusters, not of units). The interval is the wider of the bootstrap's
+    percentile interval and Wilson's interval at the observed proportion with the effective n
+    of the cluster design: a bootstrap over few clusters is too narrow, and where every
+    resample gives the same value (0/n, n/n, a constant score, or one cluster) it is a
+    point. The effective n is n / deff, where
     deff = 1 + (mean cluster size - 1) * ICC and the intra-cluster correlation ICC is the
     one-way ANOVA estimate, clipped to [0, 1]. When the ICC cannot be estimated (one
     cluster, or every value equal) the worst case is taken, deff = mean cluster size: the
@@ -309,9 +312,7 @@ def clustered_interval(num: np.ndarray, den: np.ndarray, clusters: list[Any], se
     for start in range(0, n, step):
         pick = rng.integers(0, k, size=(min(step, n - start), k))
         stats.append(sums[pick].sum(axis=1) / sizes[pick].sum(axis=1))
-    lo, hi = (float(q) for q in np.quantile(np.concatenate(stats), [0.025, 0.975]))
-    if hi - lo > 1e-9 * max(1.0, abs(hi)):
-        return lo, hi
+    boot = tuple(float(q) for q in np.quantile(np.concatenate(stats), [0.025, 0.975]))
     low, width = bounds[0], bounds[1] - bounds[0]
     if binary:
         y, m = num, den  # successes and elements; a 0/1 element is its own square
@@ -322,7 +323,9 @@ def clustered_interval(num: np.ndarray, den: np.ndarray, clusters: list[Any], se
     n_eff = effective_n(np.bincount(which, weights=m), np.bincount(which, weights=y), squares)
     p = float(np.sum(y) / np.sum(m))
     lo, hi = wilson(p * n_eff, n_eff)
-    return low + width * lo, low + width * hi
+    # The wider of the two: a percentile bootstrap over few clusters is too narrow (2 secrets
+    # have 3 distinct resamples), and where every resample agrees it says nothing at all.
+    return min(boot[0], low + width * lo), max(boot[1], low + width * hi)
 
 
 def effective_n(sizes: np.ndarray, sums: np.ndarray, squares: np.ndarray) -> float:

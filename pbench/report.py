@@ -18,6 +18,13 @@ from typing import Any
 
 from pbench import analysis, audit, metrics, store
 
+def attempt(markup: str, block: bool = False) -> str:
+    """Mark what describes the attempt that made the report (the code's commit, each stage's
+    model calls) rather than the run's data, so that ``pbench.reproduce`` can compare two
+    runs' reports: a ``<span class="attempt">`` (a ``<div>`` for a block)."""
+    tag = "div" if block else "span"
+    return f'<{tag} class="attempt">{markup}</{tag}>'
+
 FIGURES = (("rates_by_defence", "LR, OSR and IRR by defence and system prompt"),
            ("tradeoff", "Privacy against utility: leakage against over-secrecy per defence"),
            ("rounds", "Cumulative leakage by round"),
@@ -135,8 +142,10 @@ def _failures(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     body = ["<h2>Model calls and failures</h2>",
             "<p>Retries are transient errors (timeouts, rate limits, server errors) tried again; an unparsed "
             "reply was retried and never parsed, and is counted, never read as a verdict; a give-up is a "
-            "request that failed after every retry.</p>"]
-    body.append(_table(usage.set_index(["stage", "role", "model"])) if len(usage) else "<p>No model calls recorded.</p>")
+            "request that failed after every retry. These are the calls of each stage's latest attempt (a stage "
+            "recomputed from the response cache shows its cache hits).</p>"]
+    body.append(attempt(_table(usage.set_index(["stage", "role", "model"])) if len(usage)
+                        else "<p>No model calls recorded.</p>", block=True))
     errors = store.read_json(run_dir / "probing.json", {}).get("errors", [])
     if errors:
         body.append(f"<p><b>{len(errors)} conversations were given up</b> after their model's retries (a rerun "
@@ -196,8 +205,8 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
     params = _experiment_params(run_dir / "params.resolved.yaml")
     models = manifest.get("models", {})
     body = [f"<h1>PrivacyBench report: {html.escape(run_dir.name)}</h1>",
-            f"<p>pbench {html.escape(str(manifest.get('pbench_version', '?')))}, commit "
-            f"{html.escape(str(manifest.get('git_commit', '?')))}. Models: "
+            "<p>" + attempt(f"pbench {html.escape(str(manifest.get('pbench_version', '?')))}, commit "
+                            f"{html.escape(str(manifest.get('git_commit', '?')))}.") + " Models: "
             + "; ".join(f"{html.escape(role)}: {html.escape(', '.join(m['label'] for m in v) if isinstance(v, list) else v['label'])}"
                         for role, v in models.items()) + "</p>",
             '<div class="headline">' + "".join(f"<div>{html.escape(k)}<b>{html.escape(v)}</b></div>"

@@ -4,8 +4,9 @@ A run is reproducible when running its parameter file again, into another run fo
 copy of its response cache, makes no model call and writes the same data files. Wall-clock
 fields (how long a stage took) are left out of the comparison, and so are the files that only
 describe an attempt: the executed notebooks, stage markers, the manifest (timings and usage),
-the resolved parameters (they name the outputs folder) and Chroma's own index files (the index
-is compared through ``index.json`` and what each turn retrieved).
+the resolved parameters (they name the outputs folder), Chroma's own index files (the index
+is compared through ``index.json`` and what each turn retrieved), and the report's sections
+marked as describing the attempt (the code's commit, each stage's model calls).
 
     python bench/reproduce.py [--params params/tiny.yaml]
 """
@@ -13,6 +14,7 @@ is compared through ``index.json`` and what each turn retrieved).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -57,7 +59,8 @@ def _drop_clock(obj: Any) -> Any:
 
 def normalised(path: Path, run_dir: Path) -> list[str]:
     """A file's content as lines to compare: JSON without its wall-clock fields, any other text
-    with the run folder's path written as ``<run>``; binary files as their bytes' hex digest."""
+    with the run folder's path written as ``<run>`` (and, in the report, the sections marked as
+describing the attempt left out); binary files as their bytes' hex digest."""
     data = path.read_bytes()
     if path.suffix == ".json":
         return json.dumps(_drop_clock(json.loads(data)), sort_keys=True, indent=1).splitlines()
@@ -69,6 +72,8 @@ def normalised(path: Path, run_dir: Path) -> list[str]:
         import hashlib
 
         return [hashlib.sha256(data).hexdigest()]
+    if path.suffix == ".html":  # the report's account of the attempt (pbench.report.attempt)
+        text = re.sub(r'<(span|div) class="attempt">.*?</\1>', "<attempt/>", text, flags=re.DOTALL)
     return text.replace(str(run_dir.resolve()), "<run>").replace(str(run_dir), "<run>").splitlines()
 
 
@@ -82,10 +87,12 @@ def differences(a: str | Path, b: str | Path) -> dict[str, str]:
         la, lb = normalised(a / f, a), normalised(b / f, b)
         if la == lb:
             continue
-        i = next((k for k, (x, y) in enumerate(zip(la, lb)) if x != y), min(len(la), len(lb)))
+        differ = [k for k, (x, y) in enumerate(zip(la, lb)) if x != y] + list(range(min(len(la), len(lb)),
+                                                                                    max(len(la), len(lb))))
+        i = differ[0]
         first = la[i] if i < len(la) else "(end)"
         second = lb[i] if i < len(lb) else "(end)"
-        out[f] = f"line {i + 1}: {first[:160]!r} vs {second[:160]!r}"
+        out[f] = f"{len(differ)} lines differ; first, line {i + 1}: {first[:160]!r} vs {second[:160]!r}"
     return out
 
 

@@ -157,3 +157,14 @@ def test_first_leak_rounds_are_cumulative_over_scored_conversations():
 def test_all_tables_has_every_breakdown():
     long = metrics.all_tables(ROWS)
     assert {"all", "defence", "prompt", "channel", "relationship", "target+strategy+prompt", "defence+prompt"} <= set(long["by"])
+
+
+def test_two_secrets_are_never_narrower_than_wilson_at_the_effective_n():
+    # 13 of 16 turns over 2 secrets: a bootstrap over 2 clusters has 3 distinct resamples
+    # (its interval here is 75-88%); the interval is at least Wilson's at the effective n.
+    num, den = np.array([7.0, 6.0]), np.array([8.0, 8.0])
+    lo, hi = metrics.clustered_interval(num, den, ["s1", "s2"])
+    n_eff = metrics.effective_n(den, num, num)
+    wl, wh = metrics.wilson(13 / 16 * n_eff, n_eff)
+    assert lo <= wl + 1e-12 and hi >= wh - 1e-12
+    assert hi - lo > 0.2

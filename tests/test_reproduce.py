@@ -4,13 +4,14 @@ records aside, any difference is named with its file and first differing line.""
 import json
 import sqlite3
 
-from pbench import llm, reproduce, store
+from pbench import llm, report, reproduce, store
 
 
 def _run(folder, seconds, verdict="leak", path_note=""):
     store.write_json(folder / "probing.json", {"planned": 2, "seconds": seconds, "conversations_per_minute": 60 / seconds})
     store.write_jsonl(folder / "judgements.jsonl", [{"id": "a", "verdict": verdict}, {"id": "b", "verdict": "no_leak"}])
-    (folder / "report.html").write_text(f"<p>run at {folder}{path_note}</p>")
+    (folder / "report.html").write_text(f"<p>run at {folder}{path_note}</p>\n"
+                                        + report.attempt(f"<table><td>{seconds}</td></table>", block=True))
     store.write_json(folder / "stages" / "04_probing.json", {"seconds": seconds})  # an attempt's record
     (folder / "manifest.json").write_text(json.dumps({"last_run_seconds": seconds}))
 
@@ -28,7 +29,7 @@ def test_a_changed_record_or_a_missing_file_is_named(tmp_path):
     (tmp_path / "b" / "tiny" / "extra.csv").write_text("x\n")
     diff = reproduce.differences(tmp_path / "a" / "tiny", tmp_path / "b" / "tiny")
     assert set(diff) == {"judgements.jsonl", "extra.csv"}
-    assert diff["judgements.jsonl"].startswith("line 1:") and "only in" in diff["extra.csv"]
+    assert diff["judgements.jsonl"].startswith("1 lines differ; first, line 1:") and "only in" in diff["extra.csv"]
 
 
 def test_copy_cache_takes_what_is_still_in_the_write_ahead_log(tmp_path):
