@@ -7,7 +7,6 @@ and Markdown) and ``figures/`` (PNG and PDF).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +35,10 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             "long": pd.read_csv(run_dir / "metrics.csv")}
 
 
-def _fmt(r: Any, pct: bool = True) -> str:
-    if r["n"] == 0 or (isinstance(r["value"], float) and math.isnan(r["value"])):
-        return "–"
-    return f"{100 * r['value']:.1f}" if pct else f"{r['value']:.2f}"
-
-
 def table2(long):
     """Table 2: per strategy, per target model, LR / OSR / IRR / PC under each system
-    prompt, then the average over targets (percentages; PC on 1-5)."""
+    prompt, each cell ``value [95% interval] (count/n; k secrets)`` (``metrics.cell``; PC on
+    1-5): the paper's layout, with what its bare percentages leave out."""
     import pandas as pd
 
     part = long[long["by"] == "target+strategy+prompt"]
@@ -54,7 +48,7 @@ def table2(long):
         for prompt in ("baseline", "privacy_aware"):
             for m in ("LR", "OSR", "IRR", "PC"):
                 r = g[(g["prompt"] == prompt) & (g["metric"] == m)]
-                row[(m, prompt)] = _fmt(r.iloc[0], m != "PC") if len(r) else "–"
+                row[(m, prompt)] = metrics.cell(r.iloc[0]) if len(r) else "no cases"
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:

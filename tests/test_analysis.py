@@ -25,9 +25,10 @@ def test_table2_and_defence_table_hand_computed():
     long = metrics.all_tables(rows)
     t2 = analysis.table2(long)
     cell = t2.loc[("direct", "m")]
-    assert cell[("LR", "baseline")] == "50.0" and cell[("LR", "privacy_aware")] == "0.0"
-    assert cell[("OSR", "baseline")] == "100.0" and cell[("OSR", "privacy_aware")] == "0.0"
-    assert cell[("PC", "baseline")] == "3.33"
+    assert cell[("LR", "baseline")].startswith("50.0% [") and cell[("LR", "baseline")].endswith("(1/2; 2 secrets)")
+    assert cell[("LR", "privacy_aware")].startswith("0.0% [0, ") and cell[("LR", "privacy_aware")].endswith("(0/1; 1 secret)")
+    assert cell[("OSR", "baseline")].startswith("100.0% [") and cell[("OSR", "privacy_aware")].startswith("0.0% [")
+    assert cell[("PC", "baseline")].startswith("3.33 [") and cell[("PC", "baseline")].endswith("(n=3; 3 secrets)")
     td = analysis.defence_table(long)
     assert td.loc["audience_filter/baseline", "LR"] == "no cases"  # a combination never run: empty, not 0%
     assert td.loc["audience_filter/privacy_aware", "LR"] == "no cases"  # only a confidant talked
