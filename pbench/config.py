@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from pbench.embedded import ALIASES
+from pbench.embedded import ALIASES, EMBEDDED
 
 
 class ConfigError(ValueError):
@@ -59,7 +59,7 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, dict) else value
 
 
-EMBEDDED_MODELS = ("qwen2.5-coder-1.5b", "qwen2.5-0.5b", "smollm2-135m")  # pbench.embedded.EMBEDDED
+EMBEDDED_MODELS = tuple(EMBEDDED)
 _warned: set[str] = set()
 _LOCAL_ONLY = ("n_ctx", "n_parallel", "n_threads", "sha256")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,7 +97,7 @@ class ModelSpec(Strict):
             old, new = data["model"], ALIASES[data["model"]]
             if old not in _warned:
                 _warned.add(old)
-                print(f"note: local model {old!r} is deprecated; it is {new!r} (Qwen2.5-Coder-1.5B-Instruct): "
+                print(f"note: local model {old!r} is deprecated; it is {new!r} ({EMBEDDED[new].description}): "
                       f"write that in the parameter file", file=sys.stderr)
             data = {**data, "model": new}
         return data

@@ -106,7 +106,7 @@ def rate(metric: str, rows: list[dict[str, Any]], seed: int = 0, cluster: Cluste
     total = float(d_.sum()) if len(d_) else 0.0
     value = float(n_.sum() / total) if total else math.nan
     groups = [r[CLUSTERS[cluster]] for r in kept]
-    # PC is a 1-5 mean: a degenerate interval falls back to Wilson on (pc - 1) / 4, mapped back.
+    # PC is a 1-5 mean: its Wilson bound is taken on (pc - 1) / 4 and mapped back.
     lo, hi = clustered_interval(n_, d_, groups, seed, bounds=(1.0, 5.0) if metric == "PC" else (0.0, 1.0),
                                 binary=metric not in ("PC", "revealed_share"))
     return {"metric": metric, "value": value, "lo": lo, "hi": hi, "count": float(n_.sum()) if len(n_) else 0.0,

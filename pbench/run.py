@@ -341,11 +341,11 @@ def _set_aside_stale(run_dir: Path, st: Stage, fp: str, forced: bool = False) ->
     present = [p for p in st.partial if (run_dir / p).exists()]
     changed = previous is not None and previous != fp
     if (forced or changed) and present:
-        dest = run_dir / "stale" / f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}"
-        n = 1
+        stamp = f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+        dest, n = run_dir / "stale" / stamp, 1
         while dest.exists():  # two forced runs within a second
             n += 1
-            dest = dest.with_name(f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}-{n}")
+            dest = dest.with_name(f"{stamp}-{n}")
         dest.mkdir(parents=True)
         for p in present:
             (run_dir / p).rename(dest / Path(p).name)
