@@ -113,8 +113,11 @@ def append_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
             os.fsync(fh.fileno())
 
 
-def repair_jsonl(path: str | Path) -> int:
+def repair_jsonl(path: str | Path, chunk: int = 1 << 16) -> int:
     """Cut a torn last line (no newline at the end) left by a killed writer.
+
+    Reads only the file's tail: the last byte, and backwards from it to the last newline
+    when the line is torn. An append's cost so stays independent of the file's size.
 
     Returns:
         The number of bytes removed.
@@ -123,12 +126,24 @@ def repair_jsonl(path: str | Path) -> int:
     if not path.exists():
         return 0
     with open(path, "rb+") as fh:
-        data = fh.read()
-        if not data or data.endswith(b"\n"):
+        end = fh.seek(0, os.SEEK_END)
+        if end == 0:
             return 0
-        keep = data.rfind(b"\n") + 1
+        fh.seek(end - 1)
+        if fh.read(1) == b"\n":
+            return 0
+        keep, pos = 0, end
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            block = fh.read(pos - start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            pos = start
         fh.truncate(keep)
-        return len(data) - keep
+        return end - keep
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

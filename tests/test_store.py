@@ -21,6 +21,19 @@ def test_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path):
     assert p.read_text().count("\n") == 2
 
 
+def test_repair_reads_back_only_over_the_torn_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    store.append_jsonl(p, [{"id": i, "text": "x" * 50} for i in range(20)])
+    whole = p.read_bytes()
+    with open(p, "ab") as fh:
+        fh.write(b'{"id": 20, "text": "' + b"y" * 100)  # torn, longer than several chunks
+    assert store.repair_jsonl(p, chunk=16) == 120 and p.read_bytes() == whole
+    assert store.repair_jsonl(p, chunk=16) == 0
+    q = tmp_path / "q.jsonl"
+    q.write_bytes(b'{"id": 0, "te')  # a first record torn: nothing to keep
+    assert store.repair_jsonl(q, chunk=4) == 13 and q.read_bytes() == b""
+
+
 def test_corrupt_complete_line_names_file_and_line(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text('{"id": 1}\nnot json\n')
