@@ -150,6 +150,12 @@ class Panel:
         return cls(roles.panel("judge"), cfg.judging.method, cfg.judging.match_threshold, cfg.seed)
 
     @property
+    def in_flight(self) -> int:
+        """Conversations (or rows) to judge at once: enough to keep the judge with the most
+        slots busy; each judge's own limit (its ``Gate``) still bounds its requests."""
+        return max((getattr(j, "concurrency", 4) for j in self.judges), default=4)
+
+    @property
     def method(self) -> str:
         how = {"match": f"statements in context matched at {self.threshold}", "verdict": "verdict"}
         return f"judge panel ({how[self.method_name]}, per component, majority): " + ", ".join(
@@ -466,13 +472,14 @@ def gave_up(ds: Any, probe: Any) -> dict[str, Any]:
     }
 
 
-def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: int = 4,
+def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: int | None = None,
               progress: Any = None, planned: list[Any] | None = None) -> list[dict[str, Any]]:
     """Stage 05: for every conversation not yet judged, score persona consistency and (with
     a confidant) whether the secret was shared or withheld, and append its judgement to
     ``judgements.jsonl`` (a rerun skips judged ones; a kill loses only the ones in flight).
     Planned conversations that stage 04 gave up get an unscored record, replaced when a rerun
-    finishes them. Returns every judgement of the run, in plan (else conversation) order."""
+    finishes them. ``in_flight`` conversations at once (default ``panel.in_flight``).
+    Returns every judgement of the run, in plan (else conversation) order."""
     from pathlib import Path
 
     from pbench import store
@@ -494,7 +501,7 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
         progress.refresh()
 
     async def all_judgements() -> None:
-        gate = asyncio.Semaphore(in_flight)
+        gate = asyncio.Semaphore(in_flight or panel.in_flight)
 
         async def one(conv: Any) -> None:
             async with gate:
@@ -506,7 +513,7 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
                     disclosure = await panel.disclosure(owner.name, ds.secret_by_id[conv.secret_id].content,
                                                         [(t.prober, t.reply) for t in conv.turns],
                                                         REVEALED in conv.turns[-1].check.components)
-            store.append_jsonl(path, [judgement(ds, conv, pc, pc_votes, disclosure)])
+            await asyncio.to_thread(store.append_jsonl, path, [judgement(ds, conv, pc, pc_votes, disclosure)])
             if progress is not None:
                 progress.update(1)
 
@@ -605,8 +612,9 @@ async def judge_row(panel: Panel, row: InputRow) -> dict[str, Any]:
     return out
 
 
-def judge_rows(panel: Panel, rows: list[InputRow], in_flight: int = 4, progress: Any = None) -> list[dict[str, Any]]:
-    """Judge many rows, ``in_flight`` at a time; results in input order."""
+def judge_rows(panel: Panel, rows: list[InputRow], in_flight: int | None = None,
+               progress: Any = None) -> list[dict[str, Any]]:
+    """Judge many rows, ``in_flight`` at a time (default ``panel.in_flight``); results in input order."""
     from pbench.llm import gather_bounded, run_sync
 
     async def one(row: InputRow) -> dict[str, Any]:
@@ -615,7 +623,7 @@ def judge_rows(panel: Panel, rows: list[InputRow], in_flight: int = 4, progress:
             progress.update(1)
         return out
 
-    return run_sync(gather_bounded(one, rows, in_flight))
+    return run_sync(gather_bounded(one, rows, in_flight or panel.in_flight))
 
 
 LABELS = {"leak": ("leak", "no_leak"), "disclosure": ("withheld", "shared")}

@@ -222,17 +222,40 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 class ResponseCache:
-    """Persistent replies keyed by a hash of everything that determines them."""
+    """Persistent replies keyed by a hash of everything that determines them.
 
-    def __init__(self, path: str | Path) -> None:
+    Reads are a primary-key lookup on the caller's thread. Writes never wait for the disk:
+    ``put`` hands the reply to a writer thread that commits whatever has arrived in one
+    transaction, at most ``flush_s`` after the first of them, on its own connection (SQLite's
+    write-ahead log lets readers go on meanwhile). Until then ``get`` finds the reply among
+    the pending ones. A killed process loses at most the last ``flush_s`` of replies, which
+    a rerun asks for again; ``flush``, ``close`` and the interpreter's exit commit the rest.
+    """
+
+    def __init__(self, path: str | Path, flush_s: float = 0.2) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        self.flush_s = flush_s
+        self._lock = threading.Lock()  # the reading connection
+        self._db = self._connect()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL, created REAL)")
+        self._pending: dict[str, tuple[str, float]] = {}
+        self._changed = threading.Condition()  # guards _pending, _writing and _closed
+        self._writing = 0  # replies taken from _pending whose commit has not finished
+        self._flush_now = self._closed = False
+        self._writer = threading.Thread(target=self._write_loop, name="pbench-cache", daemon=True)
+        self._writer.start()
+        atexit.register(self.close)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
 
     def get(self, key: str) -> RawReply | None:
+        with self._changed:
+            pending = self._pending.get(key)
+        if pending is not None:
+            return RawReply(**json.loads(pending[0]))
         with self._lock:
             row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
         return RawReply(**json.loads(row[0])) if row else None
@@ -241,16 +264,62 @@ class ResponseCache:
         if reply.injected:
             raise ValueError("an injected fault is not the model's answer: it is never cached")
         record = {"text": reply.text, "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)", (key, json.dumps(record), time.time()))
+        with self._changed:
+            if self._closed:
+                raise ValueError(f"{self.path}: the response cache is closed")
+            self._pending[key] = (json.dumps(record), time.time())
+            self._changed.notify_all()  # wakes the writer if it was idle
+
+    def _write_loop(self) -> None:
+        db = self._connect()
+        try:
+            while True:
+                with self._changed:
+                    self._changed.wait_for(lambda: self._pending or self._closed)
+                    if not self._pending:  # closed, nothing left
+                        return
+                    deadline = time.monotonic() + self.flush_s  # let a batch gather
+                    while not (self._closed or self._flush_now) and (left := deadline - time.monotonic()) > 0:
+                        self._changed.wait(left)
+                    self._flush_now = False
+                    batch = list(self._pending.items())
+                    self._writing = len(batch)
+                db.execute("BEGIN")
+                db.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?, ?)",
+                               [(k, text, created) for k, (text, created) in batch])
+                db.execute("COMMIT")
+                with self._changed:
+                    for k, value in batch:  # a newer put of the same key stays pending
+                        if self._pending.get(k) is value:
+                            del self._pending[k]
+                    self._writing = 0
+                    self._changed.notify_all()
+        finally:
+            db.close()
+
+    def flush(self) -> None:
+        """Wait until every reply put so far is committed."""
+        with self._changed:
+            self._flush_now = True
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: not self._pending and not self._writing or not self._writer.is_alive())
 
     def __len__(self) -> int:
+        self.flush()
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
 
     def close(self) -> None:
+        """Commit what is pending, stop the writer and close the file (idempotent)."""
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify_all()
+        self._writer.join()
         with self._lock:
             self._db.close()
+        atexit.unregister(self.close)
 
 
 def cache_key(identity: dict[str, Any], messages: Sequence[Message], settings: dict[str, Any]) -> str:
@@ -515,6 +584,35 @@ def parse_reply(text: str, schema: type[BaseModel]) -> BaseModel:
 # --------------------------------------------------------------------------- chat model
 
 
+class Gate:
+    """The requests one server takes at once, shared by every role bound to it.
+
+    A local server has ``n_parallel`` slots whoever asks: the prober, the assistant and the
+    judges of one vLLM server together must not exceed them, or requests queue at the server
+    and use up their timeouts. The semaphore is made on first use, on the loop that awaits it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def __aenter__(self) -> None:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.limit)
+        await self._semaphore.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._semaphore is not None
+        self._semaphore.release()
+
+
+def server_of(spec: ModelSpec) -> tuple[str, str, str]:
+    """What identifies the server (and the model on it) a spec's requests go to: roles with
+    the same key share one ``Gate``. Hosted models are keyed per model, as their providers
+    limit them; a local model file is one llama.cpp server."""
+    return (spec.provider, spec.base_url or "", spec.model)
+
+
 @dataclass
 class ChatModel:
     """A model bound to a role: the one object stage code talks to.
@@ -535,7 +633,11 @@ class ChatModel:
     seed: int | None = 0
     backoff_s: float = 1.0
     ledger: Ledger = field(default_factory=lambda: LEDGER)
-    _semaphore: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+    gate: Gate | None = None
+
+    def __post_init__(self) -> None:
+        if self.gate is None:
+            self.gate = Gate(self.concurrency)
 
     @property
     def label(self) -> str:
@@ -543,9 +645,16 @@ class ChatModel:
 
     @property
     def concurrency(self) -> int:
-        if self.spec.provider == "local" and "max_concurrency" not in self.spec.model_fields_set:
-            return self.spec.n_parallel
-        return self.spec.max_concurrency
+        """The requests this model's server takes at once (shared with the other roles bound
+        to it when the model came from ``Roles``)."""
+        return self.gate.limit if self.gate is not None else self.concurrency_of(self.spec)
+
+    @staticmethod
+    def concurrency_of(spec: ModelSpec) -> int:
+        """A spec's own limit: ``max_concurrency``, or a local server's slots when not set."""
+        if spec.provider == "local" and "max_concurrency" not in spec.model_fields_set:
+            return spec.n_parallel
+        return spec.max_concurrency
 
     def _count(self, **counts: float) -> None:
         self.ledger.add(self.role, self.label, **counts)
@@ -653,9 +762,7 @@ class ChatModel:
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             self._count(cache_hits=1)
             return hit, True
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.concurrency)
-        async with self._semaphore:
+        async with self.gate:
             reply = await self._call_with_retries(messages, schema, settings)
         if self.cache is not None and not reply.injected:
             self.cache.put(key, reply)
@@ -723,6 +830,7 @@ class Roles:
         self._factory = backend_factory
         self._backends: dict[str, Backend] = {}
         self._lock = threading.Lock()
+        self.gates = self.gates_of(cfg)
         path = cfg.llm.cache_path or Path(run_dir) / "llm_cache.sqlite"
         self.cache = ResponseCache(path) if cfg.llm.cache else None
 
@@ -740,7 +848,29 @@ class Roles:
             seed = int(hashlib.sha256(f"{faults.seed}|{role}|{spec.label}".encode()).hexdigest()[:8], 16)
             backend = FaultyBackend(backend, faults.rate, faults.kinds, seed,
                                     on_fault=lambda kind: LEDGER.add(role, spec.label, injected=1))
-        return ChatModel(spec, role, backend, self.cache, seed=self.cfg.seed, backoff_s=self.cfg.llm.backoff_s)
+        return ChatModel(spec, role, backend, self.cache, seed=self.cfg.seed, backoff_s=self.cfg.llm.backoff_s,
+                         gate=self.gates[server_of(spec)])
+
+    @classmethod
+    def gates_of(cls, cfg: RunConfig) -> dict[tuple[str, str, str], Gate]:
+        """One ``Gate`` per server, at the smallest concurrency any role declares for it."""
+        limits: dict[tuple[str, str, str], int] = {}
+        for spec in cls.specs_of(cfg):
+            key = server_of(spec)
+            own = ChatModel.concurrency_of(spec)
+            limits[key] = min(limits.get(key, own), own)
+        return {k: Gate(v) for k, v in limits.items()}
+
+    @staticmethod
+    def specs_of(cfg: RunConfig) -> list[ModelSpec]:
+        """Every model spec of the run's roles (the tagger defaults to the first assistant)."""
+        out: list[ModelSpec] = []
+        for r in ROLES:
+            v = getattr(cfg.models, r)
+            if r == "tagger" and v is None:
+                v = cfg.models.assistant[0]
+            out.extend(v if isinstance(v, list) else [v])
+        return out
 
     def role(self, name: str) -> ChatModel:
         """The model bound to a single-model role (``generator``, ``prober``, ``tagger``)."""

@@ -266,7 +266,7 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
                 except LLMError as exc:  # counted, not recorded: a rerun tries it again
                     errors.append(f"{probe.id}: {exc}")
                     return
-            store.append_jsonl(run_dir / "conversations.jsonl", [conv.model_dump(mode="json")])
+            await asyncio.to_thread(store.append_jsonl, run_dir / "conversations.jsonl", [conv.model_dump(mode="json")])
             counts["finished"] += 1
             counts["leaks"] += conv.ended == "leak"
             if progress is not None:

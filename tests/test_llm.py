@@ -62,7 +62,9 @@ def test_empty_free_text_reply_is_unparsed():
 
 def test_cache_hit_makes_no_call(tmp_path):
     b = FakeBackend(['{"leaked": false, "reason": "a"}'])
-    first = make(b, tmp_path).complete(MSG, Verdict)
+    model = make(b, tmp_path)
+    first = model.complete(MSG, Verdict)
+    model.cache.close()  # as when its process ends
     again = make(b, tmp_path)  # a new process would build a new model over the same file
     second = again.complete(MSG, Verdict)
     assert len(b.calls) == 1
@@ -114,6 +116,49 @@ def test_concurrency_is_bounded_per_model():
 
     out = asyncio.run(many())
     assert len(out) == 12 and b.max_in_flight == 3
+
+
+def test_roles_bound_to_one_server_share_its_limit(tmp_path):
+    vllm = {"provider": "openai", "model": "qwen3", "base_url": "http://localhost:8000/v1"}
+    other = {"provider": "openai", "model": "other", "base_url": "http://localhost:8000/v1", "max_concurrency": 2}
+    cfg = config.parse(minimal_params(**{
+        "models.prober": {**vllm, "max_concurrency": 5}, "models.assistant": [{**vllm, "max_concurrency": 3}],
+        "models.judge": [other], "models.generator": other}))
+    backend = FakeBackend(lambda messages, settings: "ok", delay_s=0.05)
+    roles = llm.Roles(cfg, tmp_path, backend_factory=lambda spec: backend)
+    prober, assistant, judge = roles.role("prober"), roles.panel("assistant")[0], roles.panel("judge")[0]
+    assert prober.gate is assistant.gate and prober.concurrency == 3  # the smaller declared limit
+    assert judge.gate is not prober.gate and judge.concurrency == 2
+
+    async def many(models, round_):
+        return await asyncio.gather(*(m.acomplete([{"role": "user", "content": f"{m.role} {round_}.{i}"}])
+                                      for m in models for i in range(8)))
+
+    llm.run_sync(many([prober, assistant], 1))
+    assert backend.max_in_flight == 3  # not 5 + 3: the server's slots are shared
+    backend.max_in_flight = 0
+    llm.run_sync(many([prober, judge], 2))
+    assert backend.max_in_flight == 5  # two servers: 3 + 2
+
+
+def test_cache_writes_wait_for_the_writer_and_none_is_lost_on_close(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "c.sqlite"
+    cache = llm.ResponseCache(path, flush_s=30.0)  # a batch gathers for up to 30 s
+    for i in range(50):
+        cache.put(f"k{i}", llm.RawReply(f"reply {i}", 3, 2))
+    on_disk = sqlite3.connect(path)
+    assert on_disk.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == 0  # put did not wait for the disk
+    assert cache.get("k7").text == "reply 7"  # a pending reply is found
+    cache.put("k7", llm.RawReply("newer", 1, 1))
+    cache.close()  # commits the batch at once, not after 30 s
+    assert on_disk.execute("SELECT COUNT(*) FROM replies").fetchone()[0] == 50
+    reopened = llm.ResponseCache(path)
+    assert reopened.get("k7").text == "newer" and reopened.get("k49").text == "reply 49" and len(reopened) == 50
+    with pytest.raises(ValueError, match="closed"):
+        cache.put("k", llm.RawReply("late"))
+    reopened.close()
 
 
 def test_roles_bind_models_and_share_backends(tmp_path):

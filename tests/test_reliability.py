@@ -86,6 +86,7 @@ def test_faults_are_decided_per_call_whatever_the_order_and_never_cached(tmp_pat
     assert first == outcomes(2, None) and any(u for u, _ in first) and any(a == 2 for _, a in first)
     cache = llm.ResponseCache(tmp_path / "cache.sqlite")
     assert outcomes(1, cache) == first  # the same faults, with a cache underneath
+    cache.flush()
     stored = [json.loads(r)["text"] for (r,) in cache._db.execute("SELECT reply FROM replies")]
     assert stored and set(stored) == {'{"value": 7}'}  # only real answers were kept
     with pytest.raises(ValueError, match="never cached"):

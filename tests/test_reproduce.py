@@ -35,6 +35,7 @@ def test_a_changed_record_or_a_missing_file_is_named(tmp_path):
 def test_copy_cache_takes_what_is_still_in_the_write_ahead_log(tmp_path):
     cache = llm.ResponseCache(tmp_path / "a.sqlite")  # WAL mode, left open as a running stage would
     cache.put("k", llm.RawReply("hello", 3, 1))
+    cache.flush()  # committed to the write-ahead log, not yet to the database file
     assert reproduce.copy_cache(tmp_path / "a.sqlite", tmp_path / "copy" / "b.sqlite") == 1
     with sqlite3.connect(tmp_path / "copy" / "b.sqlite") as db:
         assert json.loads(db.execute("SELECT reply FROM replies").fetchone()[0])["text"] == "hello"
