@@ -167,6 +167,28 @@ class CommunityView:
         self.c = community
         self.people = {p.id: p for p in community.people}
         self.groups = {g.id: g for g in community.groups}
+        self._indexed: tuple[int, ...] = ()
+
+    def _index(self) -> None:
+        """Relationships by person and by pair, groups by member: queries run once per turn
+        and per document, so they look up instead of scanning every record. Rebuilt when the
+        community's lists are replaced or grow (stage 01 builds views of drafts)."""
+        rels, groups = self.c.relationships, self.c.groups
+        key = (id(rels), len(rels), id(groups), len(groups))
+        if key == self._indexed:
+            return
+        self._rels_of: dict[str, list[Relationship]] = defaultdict(list)
+        self._pair: dict[frozenset[str], list[Relationship]] = defaultdict(list)
+        for r in rels:
+            self._rels_of[r.a].append(r)
+            if r.b != r.a:
+                self._rels_of[r.b].append(r)
+            self._pair[frozenset((r.a, r.b))].append(r)
+        self._groups_of: dict[str, list[Group]] = defaultdict(list)
+        for g in groups:
+            for pid in dict.fromkeys(m.person for m in g.members):
+                self._groups_of[pid].append(g)
+        self._indexed = key
 
     @property
     def period(self) -> tuple[dt.date, dt.date]:
@@ -184,18 +206,21 @@ class CommunityView:
 
     def relationships_at(self, pid: str, t: dt.date) -> list[Relationship]:
         """Relationships of ``pid`` active on day ``t``."""
-        return [r for r in self.c.relationships if pid in (r.a, r.b) and r.active(t)]
+        self._index()
+        return [r for r in self._rels_of.get(pid, ()) if r.active(t)]
 
     def relationships_between(self, a: str, b: str, t: dt.date | None = None) -> list[Relationship]:
         """Relationships linking ``a`` and ``b`` (on day ``t`` when given)."""
-        return [r for r in self.c.relationships if {r.a, r.b} == {a, b} and (t is None or r.active(t))]
+        self._index()
+        return [r for r in self._pair.get(frozenset((a, b)), ()) if t is None or r.active(t)]
 
     def contacts_at(self, pid: str, t: dt.date) -> set[str]:
         return {r.other(pid) for r in self.relationships_at(pid, t)}
 
     def groups_at(self, pid: str, t: dt.date) -> list[Group]:
         """Groups ``pid`` belongs to on day ``t``."""
-        return [g for g in self.c.groups if any(m.person == pid and m.active(t) for m in g.members)]
+        self._index()
+        return [g for g in self._groups_of.get(pid, ()) if any(m.person == pid and m.active(t) for m in g.members)]
 
     def members_at(self, gid: str, t: dt.date) -> list[str]:
         """Members of group ``gid`` on day ``t``."""

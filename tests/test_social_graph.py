@@ -70,6 +70,24 @@ def test_state_at_time_queries(community):
     assert v.graph_at(D(2024, 2, 1)).number_of_edges() == 3
 
 
+def test_indexed_queries_answer_as_a_scan_and_see_records_added_later(community):
+    v = sg.CommunityView(community)
+    days = [START + dt.timedelta(days=d) for d in range(0, 366, 11)]
+    for pid in ("u1", "u2", "u3", "u4", "nobody"):
+        for day in days:
+            assert v.relationships_at(pid, day) == [r for r in community.relationships
+                                                   if pid in (r.a, r.b) and r.active(day)]
+            assert v.groups_at(pid, day) == [g for g in community.groups
+                                             if any(m.person == pid and m.active(day) for m in g.members)]
+            for other in ("u1", "u2", "u4"):
+                assert v.relationships_between(pid, other, day) == [
+                    r for r in community.relationships if {r.a, r.b} == {pid, other} and r.active(day)]
+    community.relationships.append(Relationship(id="r5", a="u3", b="u4", kind="friend", permanent=False,
+                                                start=D(2024, 2, 1), end=END))
+    assert [r.id for r in v.relationships_at("u4", D(2024, 5, 1))] == ["r3", "r5"]
+    assert [r.id for r in v.relationships_between("u4", "u3")] == ["r5"]
+
+
 def test_the_hand_made_community_is_valid(community):
     assert {k: v for k, v in sg.check(community).items() if v} == {}
 
