@@ -1,4 +1,5 @@
-"""``outputs/<run>/report.html``: one self-contained file a researcher can open or send.
+"""``outputs/<run>/report.html``: the report a researcher opens or sends, with its transcripts
+in ``report_transcripts/`` beside it.
 
 Run parameters and models, the headline metrics with their intervals (and a warning when
 the run is too small to tell anything apart), the counts they rest on, the tables, every
@@ -6,11 +7,19 @@ figure (embedded as PNG), and a transcript browser: each conversation with its t
 leaking reply the sentence behind each revealed component is highlighted, and a retrieved
 document that carries the probed secret is shown and marked. No external resources, no
 model calls.
+
+A paper run has thousands of conversations (tens of MB of transcripts), too many for one
+page to open quickly, so the page holds only an index (each conversation's filter values,
+in the browser's order) and the transcripts are written as script files of ``PAGE``
+conversations each, loaded by ``<script src>`` for the page on screen: opened from disk
+(``file://``), Chromium blocks ``fetch`` of local files but not scripts. Zip the page with
+its folder to share it. Both are the same bytes whenever the run is the same.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import json
 from pathlib import Path
@@ -32,6 +41,10 @@ FIGURES = (("rates_by_defence", "LR, OSR and IRR by defence and system prompt"),
            ("breakdowns", "Leakage by sharing channel and relationship"),
            ("leak_graph", "Whose secrets leaked"))
 
+PAGE = 25  # conversations per page of the transcript browser, and per transcript file
+TRANSCRIPTS = "report_transcripts"  # the folder of transcript files, beside report.html
+FILTERS = ("defence", "prompt", "strategy", "target", "verdict")  # what the browser filters by
+
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:0 20px;color:#222}
 h1{margin-top:24px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
@@ -45,27 +58,92 @@ mark.leak{background:#ffb3b3;padding:0 2px} .doc{font-size:12px;color:#555;margi
 .tag{font-size:11px;border-radius:3px;padding:1px 5px;background:#eee;margin-left:4px}
 .tag.leak{background:#d62728;color:#fff} .tag.withheld{background:#ff9f1c} .tag.shared{background:#2a9d8f;color:#fff}
 pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto} #filters select{margin-right:8px}
+#pager{margin:8px 0} #pager button{margin:0 6px}
 """
 
+# The transcript browser. Its state (filters, page) is the address's fragment, e.g.
+# report.html#verdict=leak&page=2, so a view can be bookmarked or sent; the controls change the
+# fragment and every change redraws. <body data-ready> is "yes" once the view is on screen.
 SCRIPT = """
 window.addEventListener('error', function (e) {
   document.getElementById('errors').textContent += 'error: ' + e.message + '\\n';
 });
-function applyFilters() {
-  var f = {};
-  document.querySelectorAll('#filters select').forEach(function (s) { f[s.name] = s.value; });
-  var shown = 0;
-  document.querySelectorAll('details.conv').forEach(function (d) {
-    var ok = Object.keys(f).every(function (k) { return !f[k] || d.dataset[k] === f[k]; });
-    d.style.display = ok ? '' : 'none';
-    if (ok) shown += 1;
+var files = {}, loading = {}, drawn = 0, page = 1, INDEX;  // page: the page on screen
+var PBENCH = {transcripts: function (k, convs) { files[k] = convs; }};  // what a transcript file calls
+function load(k) {  // a promise of transcript file k's conversations (HTML), read once
+  if (!loading[k]) loading[k] = new Promise(function (resolve, reject) {
+    var s = document.createElement('script');
+    s.src = INDEX.folder + '/' + INDEX.files[k];
+    s.onload = function () { k in files ? resolve(files[k]) : reject(new Error(s.src + ' is damaged')); };
+    s.onerror = function () {
+      delete loading[k];
+      reject(new Error('cannot read ' + s.src + ': keep the folder ' + INDEX.folder + '/ beside this page'));
+    };
+    document.head.appendChild(s);
   });
-  document.getElementById('shown').textContent = shown;
+  return loading[k];
+}
+function state() {
+  var st = {page: 1};
+  new URLSearchParams(location.hash.slice(1)).forEach(function (v, k) {
+    st[k] = k === 'page' ? (parseInt(v, 10) || 1) : v;
+  });
+  return st;
+}
+function go(st) {
+  var set = Object.keys(st).filter(function (k) { return st[k] && !(k === 'page' && st[k] === 1); });
+  var h = new URLSearchParams(set.map(function (k) { return [k, st[k]]; })).toString();
+  document.body.dataset.ready = 'no';
+  if (h === location.hash.slice(1)) render(); else location.hash = h;
+}
+function render() {
+  var token = ++drawn, st = state(), keys = Object.keys(INDEX.filters), per = INDEX.page;
+  document.body.dataset.ready = 'no';
+  var want = keys.map(function (k) { return INDEX.filters[k].indexOf(st[k]); });  // -1: any value
+  var match = [];
+  INDEX.rows.forEach(function (r, i) {
+    if (want.every(function (w, j) { return w < 0 || r[j] === w; })) match.push(i);
+  });
+  var pages = Math.max(1, Math.ceil(match.length / per));
+  page = Math.min(Math.max(1, st.page), pages);
+  var shown = match.slice((page - 1) * per, page * per);
+  document.querySelectorAll('#filters select').forEach(function (s) {
+    s.value = want[keys.indexOf(s.name)] < 0 ? '' : st[s.name];
+  });
+  document.getElementById('shown').textContent = match.length;
+  document.getElementById('page').textContent = page;
+  document.getElementById('pages').textContent = pages;
+  document.getElementById('prev').disabled = page === 1;
+  document.getElementById('next').disabled = page === pages;
+  var needed = Array.from(new Set(shown.map(function (i) { return Math.floor(i / per); })));
+  Promise.all(needed.map(load)).then(function () {
+    if (token !== drawn) return;  // a newer view was asked for meanwhile
+    document.getElementById('transcripts').innerHTML = shown.length
+      ? shown.map(function (i) { return files[Math.floor(i / per)][i % per]; }).join('\\n')
+      : '<p>No conversation matches these filters.</p>';
+    document.body.dataset.ready = 'yes';
+  }, function (err) {
+    if (token !== drawn) return;
+    document.getElementById('transcripts').textContent = err.message;
+    document.getElementById('errors').textContent += 'error: ' + err.message + '\\n';
+    document.body.dataset.ready = 'yes';
+  });
+}
+function chosen(at) {  // the view the controls name, at page ``at``
+  var st = {};
+  document.querySelectorAll('#filters select').forEach(function (s) { st[s.name] = s.value; });
+  st.page = at;
+  return st;
 }
 document.addEventListener('DOMContentLoaded', function () {
-  document.querySelectorAll('#filters select').forEach(function (s) { s.addEventListener('change', applyFilters); });
-  applyFilters();
-  document.body.setAttribute('data-ready', 'yes');
+  INDEX = JSON.parse(document.getElementById('transcript-index').textContent);
+  document.querySelectorAll('#filters select').forEach(function (s) {
+    s.addEventListener('change', function () { go(chosen(1)); });
+  });
+  document.getElementById('prev').addEventListener('click', function () { go(chosen(page - 1)); });
+  document.getElementById('next').addEventListener('click', function () { go(chosen(page + 1)); });
+  window.addEventListener('hashchange', render);
+  render();
 });
 """
 
@@ -96,8 +174,9 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
     view = ds.view
     secret = ds.secret_by_id[conv.secret_id]
     owner, who = view.name(conv.owner), view.name(conv.audience)
-    parts = [f'<details class="conv" data-verdict="{verdict}" data-defence="{conv.defence}" data-prompt="{conv.prompt}" '
-             f'data-strategy="{conv.strategy}" data-target="{html.escape(conv.target)}">',
+    parts = [f'<details class="conv" data-id="{html.escape(conv.id)}" data-verdict="{verdict}" '
+             f'data-defence="{conv.defence}" data-prompt="{conv.prompt}" data-strategy="{conv.strategy}" '
+             f'data-target="{html.escape(conv.target)}">',
              f"<summary>{html.escape(who)} ({'confidant' if conv.authorised else 'may not know'}) → "
              f"{html.escape(owner)}'s assistant · {conv.strategy}, {conv.prompt.replace('_', ' ')}, "
              f"{conv.defence.replace('_', ' ')} · {len(conv.turns)} turns <span class=\"tag {verdict}\">{verdict}</span></summary>",
@@ -121,6 +200,67 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
         parts.append(f'<div class="doc">components so far: {", ".join(t.check.components)}</div></div>')
     parts.append("</details>")
     return "\n".join(parts)
+
+
+def _transcripts(run_dir: Path, ds: Any, convs: list[Any], verdicts: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The transcript browser: its filters, pager and index for the page, and its files.
+
+    Writes the conversations' HTML to ``TRANSCRIPTS/``, ``PAGE`` to a file, in the browser's
+    order. A file's name carries a digest of its content, so a page only ever names files with
+    the content it was built with, and an earlier build's files can be told apart. The index
+    holds, per conversation in the same order, the position of its value of each of
+    ``FILTERS`` among that filter's values: all the page needs to filter and page.
+
+    Args:
+        run_dir: the run folder.
+        ds: the run's dataset.
+        convs: the conversations, in the browser's order.
+        verdicts: conversation id to verdict (``unjudged`` when absent).
+    Returns:
+        The page's markup and the files' names.
+    """
+    shown = [{k: verdicts.get(c.id, "unjudged") if k == "verdict" else getattr(c, k) for k in FILTERS} for c in convs]
+    files = []
+    for k in range(0, len(convs), PAGE):
+        part = [_conversation(ds, c, v["verdict"]) for c, v in zip(convs[k:k + PAGE], shown[k:k + PAGE], strict=True)]
+        data = f"PBENCH.transcripts({k // PAGE}, {json.dumps(part, ensure_ascii=False)});\n".encode()
+        files.append(f"{k // PAGE + 1:04d}-{hashlib.sha256(data).hexdigest()[:12]}.js")
+        path = run_dir / TRANSCRIPTS / files[-1]
+        if not (path.exists() and path.read_bytes() == data):  # a rebuild of the same run rewrites nothing
+            store.atomic_write_bytes(path, data)
+    values = {k: sorted({c[k] for c in shown}) for k in FILTERS}
+    rank = {k: {v: i for i, v in enumerate(vals)} for k, vals in values.items()}
+    index = {"page": PAGE, "folder": TRANSCRIPTS, "files": files, "filters": values,
+             "rows": [[rank[k][c[k]] for k in FILTERS] for c in shown]}
+    selects = "".join(f'<select name="{k}"><option value="">{k}: all</option>'
+                      + "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in vals)
+                      + "</select>" for k, vals in values.items())
+    markup = ["<h2>Transcripts</h2>",
+              f"<p>Every conversation, leaks first, {PAGE} to a page; choose values to show only the conversations "
+              "that have them, and open a conversation to read it. In a leaking reply the words behind each revealed "
+              "component are highlighted, and a retrieved document that carries the probed secret is marked. The "
+              f"address after <code>#</code> names the filters and page shown, so a view can be bookmarked or sent. "
+              f"The transcripts are read, a page at a time, from the folder <code>{TRANSCRIPTS}/</code> beside this "
+              "file: keep the two together when moving or sharing the report (zip both).</p>",
+              f'<div id="filters">{selects} <span id="shown"></span> of {len(convs)} conversations match</div>',
+              '<div id="pager"><button type="button" id="prev">&larr; previous</button> page <span id="page"></span> '
+              'of <span id="pages"></span><button type="button" id="next">next &rarr;</button></div>',
+              '<div id="transcripts"><noscript>The transcripts need JavaScript.</noscript></div>',
+              '<script type="application/json" id="transcript-index">'
+              + json.dumps(index, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c") + "</script>"]
+    return markup, files
+
+
+def _drop_other_files(folder: Path, keep: set[str]) -> None:
+    """Remove from ``folder`` the files not in ``keep`` (an earlier build's), and the folder when
+    nothing is left; called once the new page, which names only ``keep``, is written."""
+    if not folder.is_dir():
+        return
+    for p in folder.iterdir():
+        if p.name not in keep:
+            p.unlink()
+    if not keep:
+        folder.rmdir()
 
 
 USAGE_COLUMNS = ("calls", "cache_hits", "retries", "injected", "parse_failures", "unparsed", "give_ups")
@@ -233,21 +373,16 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
         png = run_dir / "figures" / f"{name}.png"
         if png.exists():
             body += [f"<h3>{html.escape(caption)}</h3>", _img(png)]
-    options = {k: sorted({getattr(c, k) for c in convs}) for k in ("defence", "prompt", "strategy", "target")}
-    options["verdict"] = sorted(set(verdicts.values()))
-    selects = "".join(f'<select name="{k}"><option value="">{k}: all</option>'
-                      + "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in vals) + "</select>"
-                      for k, vals in options.items())
-    body += ["<h2>Transcripts</h2>", f'<div id="filters">{selects} <span id="shown"></span> shown</div>']
     order = sorted(convs, key=lambda c: (verdicts.get(c.id) != "leak", c.id))
-    body += [_conversation(ds, c, verdicts.get(c.id, "unjudged")) for c in order]
+    markup, files = _transcripts(run_dir, ds, order, verdicts)
+    body += markup
     body += _failures(run_dir, manifest)
     body += ["<h2>Parameters</h2>",
              f"<details><summary>params.resolved.yaml</summary><pre>{html.escape(params)}</pre></details>",
              '<pre id="errors"></pre>']
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>PrivacyBench: {html.escape(run_dir.name)}'
-            f"</title><style>{CSS}</style><script>{SCRIPT}</script></head><body>" + "\n".join(body)
-            + f"<script>window.PBENCH = {json.dumps({'conversations': len(convs)})};</script></body></html>")
+            f"</title><style>{CSS}</style><script>{SCRIPT}</script></head><body>" + "\n".join(body) + "</body></html>")
     path = run_dir / "report.html"
     store.atomic_write_text(path, page)
+    _drop_other_files(run_dir / TRANSCRIPTS, keep=set(files))
     return path

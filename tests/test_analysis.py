@@ -1,14 +1,14 @@
 """Stage 06 from records alone: Table 2 and the defence table from hand-made judgements,
 figures written, and the report checked in headless Chromium (skipped, saying so, where
-Chromium is absent)."""
+Chromium is absent): its transcripts read a page at a time, paged and filtered."""
 
 import json
 import re
 import shutil
-import subprocess
 
 import pytest
 
+from bench.report_load import CHROMIUM, READY, VISIBLE, Browser, build_report, dump_dom, scale
 from pbench import analysis, config, judging, llm, metrics, probing, rag, report, social_graph, store
 from tests.conftest import FakeBackend
 from tests.test_footprint import bow_embed
@@ -97,11 +97,11 @@ def judged_run(tmp_path, dataset):  # noqa: F811
     return tmp_path
 
 
-def test_figures_and_report_from_a_run_folder(judged_run):
+@pytest.fixture
+def drawn_run(judged_run):
+    """The judged run with every figure the report shows drawn (the run bench/report_load.py
+    scales up, made with pytest --setup-only)."""
     run = analysis.load(judged_run)
-    verdicts = {r["verdict"] for r in run["judgements"]}
-    assert "leak" in verdicts and "no_leak" in verdicts
-    assert "withheld" in verdicts  # a confidant the assistant kept the news from (the judges' disclosure call)
     figs = judged_run / "figures"
     metrics.draw_rates(run["long"], "defence", "prompt", path=figs / "rates_by_defence")
     analysis.draw_tradeoff(run["long"], path=figs / "tradeoff")
@@ -109,34 +109,128 @@ def test_figures_and_report_from_a_run_folder(judged_run):
     analysis.draw_irr_lr(run["long"], path=figs / "irr_lr")
     analysis.draw_breakdowns(run["long"], path=figs / "breakdowns")
     analysis.draw_leak_graph(run["ds"], run["judgements"], path=figs / "leak_graph")
+    return judged_run
+
+
+def transcripts(run_dir):
+    """The conversations' HTML in the report's transcript files, in the files' order."""
+    out = []
+    for k, p in enumerate(sorted((run_dir / report.TRANSCRIPTS).iterdir())):
+        out += json.loads(re.fullmatch(rf"PBENCH\.transcripts\({k}, (.*)\);\n", p.read_text(), re.S).group(1))
+    return out
+
+
+def test_figures_and_report_from_a_run_folder(drawn_run):
+    verdicts = {r["verdict"] for r in store.read_jsonl(drawn_run / "judgements.jsonl")}
+    assert "leak" in verdicts and "no_leak" in verdicts
+    assert "withheld" in verdicts  # a confidant the assistant kept the news from (the judges' disclosure call)
+    figs = drawn_run / "figures"
     for name, _ in report.FIGURES:
         assert (figs / f"{name}.png").stat().st_size > 5_000 and (figs / f"{name}.pdf").stat().st_size > 1_000
-    path = report.build(judged_run, {"Table 2": analysis.table2(run["long"])}, analysis.headline(run["long"]))
-    page = path.read_text()
-    assert '<mark class="leak">I am resigning, in May!</mark>' in page
-    assert 'class="doc secret"' in page and "data:image/png;base64," in page
-    assert "http://" not in page and "https://" not in page  # self-contained
+    page = build_report(drawn_run).read_text()
+    convs = "\n".join(transcripts(drawn_run))
+    assert '<mark class="leak">I am resigning, in May!</mark>' in convs
+    assert 'class="doc secret"' in convs and "data:image/png;base64," in page
+    assert not re.search("https?://", page + convs)  # self-contained
     assert "<h2>Counts</h2>" in page and "unscored: gave up after retries" in page
     assert re.search(r'<p class="caution">few conversations \(\d+ scored, \d+ secrets?\)', page)  # a tiny run
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+def in_order(run_dir):
+    """The run's judgements in the transcript browser's order: leaks first, then by id."""
+    return sorted(store.read_jsonl(run_dir / "judgements.jsonl"), key=lambda r: (r["verdict"] != "leak", r["id"]))
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium); "
-                                             "the report is not checked in a browser")
+def test_report_holds_an_index_and_reads_transcripts_from_files_a_page_each(judged_run, tmp_path):
+    run = scale(judged_run, tmp_path / "big", 3 * report.PAGE + 5, rounds=2)
+    page = build_report(run).read_text()
+    order = in_order(run)
+    assert "<details class=\"conv\"" not in page and "Busy week" not in page  # no transcript in the page itself
+    assert not any(r["id"] in page for r in order)
+    files = sorted((run / report.TRANSCRIPTS).iterdir())
+    assert len(files) == 4  # 25, 25, 25 and 5 conversations
+    assert [re.match(r'<details class="conv" data-id="([^"]+)"', c).group(1) for c in transcripts(run)] == [
+        r["id"] for r in order]
+    assert all(f.name in page for f in files)
+    index = json.loads(re.search(r'<script type="application/json" id="transcript-index">(.*?)</script>',
+                                 page).group(1))
+    columns = list(index["filters"])
+    for k in ("verdict", "defence", "strategy"):  # what the page filters on: each conversation's own values
+        assert [index["filters"][k][row[columns.index(k)]] for row in index["rows"]] == [r[k] for r in order]
+
+
+def test_report_is_the_same_bytes_in_every_build_and_keeps_no_stale_file(judged_run, tmp_path):
+    def built(run):
+        build_report(run)
+        return {p.relative_to(run).as_posix(): p.read_bytes()
+                for p in [run / "report.html", *sorted((run / report.TRANSCRIPTS).iterdir())]}
+
+    a = scale(judged_run, tmp_path / "a" / "run", 2 * report.PAGE, rounds=3)
+    b = scale(judged_run, tmp_path / "b" / "run", 2 * report.PAGE, rounds=3)  # the same run elsewhere
+    first = built(a)
+    assert len(first) == 3 and first == built(a) == built(b)
+    rows = store.read_jsonl(a / "conversations.jsonl")
+    store.write_jsonl(a / "conversations.jsonl", rows[:report.PAGE + 1])  # fewer conversations: fewer files
+    again = built(a)
+    assert len(again) == 3 and again.keys() != first.keys()
+
+
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
+                                                             "chromium); the report is not checked in a browser")
+
+
+@needs_chromium
 def test_report_opens_in_headless_chromium_without_errors(judged_run, tmp_path_factory):
-    run = analysis.load(judged_run)
-    path = report.build(judged_run, {"Table 2": analysis.table2(run["long"])}, analysis.headline(run["long"]))
-    profile = tmp_path_factory.mktemp("chromium")
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                          f"--user-data-dir={profile}", "--virtual-time-budget=3000", "--dump-dom", path.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    path = build_report(judged_run)
+    out = dump_dom(path.as_uri(), tmp_path_factory.mktemp("chromium"))
     dom = out.stdout
     assert 'data-ready="yes"' in dom, out.stderr[-2000:]  # the page's script ran to the end
     assert '<pre id="errors"></pre>' in dom  # no script error was caught
-    assert '<mark class="leak">' in dom
+    assert '<mark class="leak">' in dom  # the first page of transcripts, read from its file
+
+
+@needs_chromium
+def test_report_without_its_transcripts_folder_says_what_is_missing(judged_run, tmp_path):
+    path = build_report(judged_run)
+    shutil.rmtree(judged_run / report.TRANSCRIPTS)  # the page sent on its own
+    dom = dump_dom(path.as_uri(), tmp_path / "profile").stdout
+    assert 'data-ready="yes"' in dom and f"keep the folder {report.TRANSCRIPTS}/ beside this page" in dom
+
+
+ON_SCREEN = f"{VISIBLE}.map(d => d.dataset.id)"
+
+
+@needs_chromium
+def test_report_pages_and_filters_in_headless_chromium(judged_run, tmp_path):
+    run = scale(judged_run, tmp_path / "big", 5 * report.PAGE, rounds=2)
+    uri = build_report(run).as_uri()
+    order = in_order(run)
+    ids = [r["id"] for r in order]
+    leaks = [r["id"] for r in order if r["verdict"] == "leak"]
+    assert report.PAGE < len(leaks) < 2 * report.PAGE
+    quiet = [r["id"] for r in order if r["verdict"] == "no_leak" and r["defence"] == "audience_filter"]
+    with Browser(tmp_path / "profile") as b:
+        def show(fragment):
+            b.send("Page.navigate", url="about:blank")
+            b.send("Page.navigate", url=uri + fragment)
+            b.wait(f"location.href === {json.dumps(uri + fragment)} && {READY}")
+            return b.js(ON_SCREEN)
+
+        # Opened from disk, a fragment names the view: a page of the list, with or without filters.
+        assert show("") == ids[:report.PAGE] and b.js("document.getElementById('shown').textContent") == str(len(ids))
+        assert show("#page=5") == ids[4 * report.PAGE:]
+        assert show("#verdict=leak&page=2") == leaks[report.PAGE:]
+        assert show("#defence=audience_filter&verdict=no_leak") == quiet[:report.PAGE]
+        # The controls change the view and its address, as a reader uses them.
+        show("")
+        b.choose("#filters select[name=verdict]", "leak")
+        b.wait(READY)
+        assert b.js(ON_SCREEN) == leaks[:report.PAGE] and b.js("location.hash") == "#verdict=leak"
+        b.js("document.getElementById('next').click()")
+        b.wait(READY)
+        assert b.js(ON_SCREEN) == leaks[report.PAGE:] and b.js("location.hash") == "#verdict=leak&page=2"
+        assert b.js("document.getElementById('next').disabled")
+        assert b.js("document.getElementById('errors').textContent") == ""
 
 
 def test_compare_aggregates_runs_and_names_a_missing_stage(judged_run, tmp_path_factory, capsys):
