@@ -54,8 +54,11 @@ bench: install models
 	$(BIN)/python bench/overhead.py --torch-threads 1
 	$(BIN)/python bench/concurrency.py --torch-threads 1
 	$(BIN)/python bench/generation_cost.py --params $(PARAMS)
-	$(BIN)/python bench/rerun_cost.py --params $(PARAMS)
+	$(BIN)/python bench/reproduce.py --params $(PARAMS)
+	$(BIN)/python bench/appends.py
+	$(BIN)/python -m bench.report_load
 	$(BIN)/python -m bench.kill_stress --points 10
+	@echo "paper scale (about 25 minutes more): $(BIN)/python bench/paper_scale.py --help"
 
 clean-venv:
 	rm -rf $(VENV)

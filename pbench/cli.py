@@ -9,6 +9,10 @@
     pbench batch FILE...              run several parameter files (each its own run folder)
     pbench compare RUN... [--output DIR]
                                       one table and figure across finished runs
+    pbench estimate FILE [--latency S] [--price MODEL=IN,OUT] [--against RUN]
+                                      calls, tokens, time and cost of a run, before it starts
+    pbench estimate --calibrate RUN [--output FILE]
+                                      per-call figures of a finished run, for the estimate
 """
 
 from __future__ import annotations
@@ -147,6 +151,49 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _price(text: str) -> tuple[str, tuple[float, float]]:
+    model, _, rest = text.rpartition("=")
+    try:
+        cost_in, cost_out = (float(x) for x in rest.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--price {text!r}: write MODEL=IN,OUT in dollars per million tokens, "
+                                         "e.g. gpt-5-nano=0.05,0.40") from None
+    if not model:
+        raise argparse.ArgumentTypeError(f"--price {text!r}: name the model before '='")
+    return model, (cost_in, cost_out)
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from pbench import estimate, store
+
+    if args.calibrate:
+        data = estimate.calibrate(args.calibrate)
+        out = Path(args.output or estimate.CALIBRATION)
+        store.write_json(out, data)
+        print(f"{out}: per-call figures of {data['source']} ({len(data['per'])} stage roles)")
+        return 0
+    if not args.file:
+        print("error: give a parameter file (or --calibrate RUN)", file=sys.stderr)
+        return 2
+    cfg = config.load(args.file)
+    cal = estimate.load_calibration(args.calibration) if args.calibration else None
+    est = estimate.estimate(cfg, Path(args.file).name, cal, args.latency, dict(args.price or []))
+    print(json.dumps(est.as_dict(), indent=2, default=str) if args.json else est.table())
+    if args.against:
+        manifest = store.read_json(Path(args.against) / "manifest.json")
+        if not manifest:
+            print(f"error: {args.against}: no manifest.json (a finished run folder?)", file=sys.stderr)
+            return 2
+        print(f"\nagainst {args.against}'s manifest:")
+        for what, guess, actual in estimate.compare(est, manifest):
+            off = f"{100 * (guess - actual) / actual:+.0f}%" if actual else "-"
+            print(f"  {what:<18} estimated {guess:>12,.0f}   actual {actual:>12,.0f}   {off}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pbench", description="PrivacyBench: do personal assistants keep secrets?")
     sub = p.add_subparsers(dest="command", required=True)
@@ -184,6 +231,18 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("runs", nargs="+", help="run folders, e.g. outputs/community_1 outputs/community_2")
     k.add_argument("--output", default="outputs/compare", help="where the table and figure go")
     k.set_defaults(func=_compare)
+
+    e = sub.add_parser("estimate", help="model calls, tokens, time and cost of a run, without calling a model")
+    e.add_argument("file", nargs="?", help="parameter file")
+    e.add_argument("--latency", type=float, default=1.0, help="seconds per hosted call (default 1)")
+    e.add_argument("--price", type=_price, action="append", metavar="MODEL=IN,OUT",
+                   help="dollars per million input and output tokens for a model (label or name); repeatable")
+    e.add_argument("--calibration", help="per-call figures (default pbench/data/calibration.json)")
+    e.add_argument("--against", metavar="RUN", help="compare with a finished run's manifest")
+    e.add_argument("--json", action="store_true", help="the estimate as JSON")
+    e.add_argument("--calibrate", metavar="RUN", help="measure per-call figures on a finished run instead")
+    e.add_argument("--output", help="with --calibrate: where to write them (default pbench/data/calibration.json)")
+    e.set_defaults(func=_estimate)
     return p
 
 

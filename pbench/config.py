@@ -65,6 +65,18 @@ _LOCAL_ONLY = ("n_ctx", "n_parallel", "n_threads", "sha256")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+class Price(Strict):
+    """Dollars per million tokens, for ``pbench estimate``'s cost (state the date and source
+    beside it in the file: prices change)."""
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+
+
+CALL_ONLY = ("max_concurrency", "timeout_s", "max_retries", "price_per_mtok")
+"""Spec fields that say how to call a model, not what it answers: they never make a stage rerun."""
+
+
 class ModelSpec(Strict):
     """One model bound to a role. Keys come from environment variables, never from the file."""
 
@@ -88,6 +100,7 @@ class ModelSpec(Strict):
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = Field(
         None, description="local .gguf files: the file's expected sha256, checked before the run starts")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra provider arguments")
+    price_per_mtok: Price | None = Field(None, description="dollars per million input and output tokens (estimate only)")
 
     @model_validator(mode="before")
     @classmethod
@@ -306,7 +319,15 @@ class RunConfig(Strict):
         return root / self.run_name
 
     def dump(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """The parameters as plain data that ``parse`` reads back (a hosted model's spec
+        without the fields only local models take)."""
+        data = self.model_dump(mode="json")
+        for role, value in data["models"].items():
+            for spec in value if isinstance(value, list) else [value]:
+                if spec is not None and spec["provider"] != "local":
+                    for key in _LOCAL_ONLY:
+                        spec.pop(key, None)
+        return data
 
 
 def _describe(err: dict[str, Any]) -> str:

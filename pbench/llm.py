@@ -130,6 +130,8 @@ class RoleUsage:
     parse_failures: int = 0  # replies that did not parse (each retried)
     unparsed: int = 0  # requests returned unparsed after all parse retries
     injected: int = 0  # faults injected on purpose (llm.faults), counted where they happened
+    cached_prompt_tokens: int = 0  # the tokens cache hits carried when first answered:
+    cached_completion_tokens: int = 0  # a resumed run's manifest still shows its whole volume
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -760,7 +762,8 @@ class ChatModel:
     ) -> tuple[RawReply, bool]:
         key = cache_key(self.backend.identity, messages, {**settings, "schema": schema})
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            self._count(cache_hits=1)
+            self._count(cache_hits=1, cached_prompt_tokens=hit.prompt_tokens,
+                        cached_completion_tokens=hit.completion_tokens)
             return hit, True
         async with self.gate:
             reply = await self._call_with_retries(messages, schema, settings)

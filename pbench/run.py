@@ -64,7 +64,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("05_scoring", reads=("seed", "models.judge", "judging"),
           outputs=("judgements.jsonl", "metrics.csv", "scoring.json"), partial=("judgements.jsonl",),
           reports=("scoring.json",)),
-    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "tables", "figures")),
+    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures")),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
 
@@ -97,9 +97,15 @@ def git_commit(root: Path | None = None) -> str | None:
 
 
 def _section(cfg: RunConfig, dotted: str) -> Any:
+    """A parameter section as a stage's fingerprint reads it: model specs without the fields
+    that only say how to call them (``config.CALL_ONLY``: concurrency, timeouts, prices)."""
     value: Any = cfg.dump()
     for part in dotted.split("."):
         value = value[part]
+    if dotted.startswith("models."):
+        specs = value if isinstance(value, list) else [value]
+        stripped = [None if s is None else {k: v for k, v in s.items() if k not in config_mod.CALL_ONLY} for s in specs]
+        value = stripped if isinstance(value, list) else stripped[0]
     return value
 
 
@@ -209,6 +215,13 @@ def run(
     params_path = Path(params_path).resolve()
     cfg = config_mod.load(params_path)
     config_mod.verify_model_files(cfg)
+    if all_stages is None:
+        from pbench import estimate
+
+        try:
+            print(estimate.estimate(cfg, source=params_path.name).one_line(), flush=True)
+        except FileNotFoundError as exc:  # the estimate informs; a missing calibration never stops a run
+            print(f"estimate: unavailable ({exc})", flush=True)
     nb_dir = notebooks_dir or default_notebooks_dir()
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)

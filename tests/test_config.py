@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pbench import cli, config
+from pbench import cli, config, run
 from tests.conftest import minimal_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,3 +174,9 @@ def test_an_old_embedded_model_name_still_works_with_one_deprecation_line(capsys
     assert cfg.models.generator.model == cfg.models.prober.model == "qwen2.5-coder-1.5b"
     err = capsys.readouterr().err
     assert err.count("deprecated") == 1 and "'qwen2.5-coder-1.5b'" in err
+
+
+def test_the_dump_of_a_run_with_hosted_models_parses_back():
+    cfg = config.load(run.repo_root() / "params" / "paper.yaml")
+    again = config.parse(cfg.dump())  # params.resolved.yaml, as pbench estimate --calibrate reads it
+    assert again.dump() == cfg.dump() and "n_parallel" not in cfg.dump()["models"]["prober"]

@@ -1,0 +1,404 @@
+"""What a run will cost, before it starts: ``pbench estimate FILE``. No model call.
+
+Counts come from the parameters, by the plan's own arithmetic:
+
+- people, documents and secrets from ``community`` and ``footprint`` (range midpoints);
+- conversations from ``probing`` exactly as ``probing.plan`` crosses them (a confidant talks
+  with one strategy), each at most ``max_rounds`` turns long;
+- model calls per stage and role from what each stage asks per unit of work (stage 01: one
+  request per person and two for the community; stage 02: a request per ``docs_per_call``
+  mundane documents and one per telling of a secret; stage 04: the prober and the assistant
+  once per turn, with ``judging.method: verdict`` each judge once per component per turn;
+  stage 05: each judge once per conversation, twice with a confidant; stage 07: the dev set's
+  rows as the run samples them, and the snippets).
+
+What the arithmetic cannot know (parse retries, redrafts, regenerations; how long prompts and
+replies are) comes from a calibration run: ``pbench/data/calibration.json``, measured on a
+finished run by ``pbench estimate --calibrate RUN``. It holds, per stage and role, observed
+calls over the arithmetic's calls, and prompt and completion tokens per call, with the
+structure that explains them: an assistant's prompt grows with the documents retrieved and
+the conversation so far, a prober's with the conversation, stage 05's judge prompts with the
+replies they read, and stage 02's completions with the documents written.
+
+Wall time assumes each call takes ``latency_s`` and each server (``llm.Gate``) is kept full;
+stage 04 cannot go faster than its conversations' turns, one after another, allow. Local
+models take the calibration run's own seconds per call instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pbench import store
+from pbench.config import ModelSpec, RunConfig
+
+CALIBRATION = Path(__file__).parent / "data" / "calibration.json"
+CHARS_PER_TOKEN = 4.0  # English text through the BPE tokenizers of the models we run (about 4 characters a token)
+TELLINGS_PER_SECRET = 0.1 * 1 + 0.9 * (4 / 3 + 0.3 + 0.2)  # footprint.plan_sharing: 1.75 documents per secret
+TAG_BATCH = 5  # rag.TAG_BATCH, documents per tagger request
+
+
+def _mid(value: int | float | list | tuple) -> float:
+    return (value[0] + value[1]) / 2 if isinstance(value, list | tuple) else float(value)
+
+
+@dataclass
+class Line:
+    """One stage's requests to one model: calls at most, and the tokens they carry."""
+
+    stage: str
+    role: str
+    model: str
+    calls: float
+    prompt_tokens: float
+    completion_tokens: float
+    seconds: float = 0.0  # wall time this line alone would need at its server's concurrency
+    cost: float | None = None
+
+
+@dataclass
+class Estimate:
+    """A run's volumes and its model calls, tokens, time and cost per stage and role."""
+
+    source: str
+    volumes: dict[str, float]
+    lines: list[Line]
+    stage_seconds: dict[str, float]
+    latency_s: float
+    calibration: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def calls(self) -> float:
+        return sum(x.calls for x in self.lines)
+
+    @property
+    def prompt_tokens(self) -> float:
+        return sum(x.prompt_tokens for x in self.lines)
+
+    @property
+    def completion_tokens(self) -> float:
+        return sum(x.completion_tokens for x in self.lines)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.stage_seconds.values())
+
+    @property
+    def cost(self) -> float | None:
+        priced = [x.cost for x in self.lines if x.cost is not None]
+        return sum(priced) if priced else None
+
+    def unpriced(self) -> list[str]:
+        return sorted({x.model for x in self.lines if x.cost is None and x.calls})
+
+    def one_line(self) -> str:
+        """What ``pbench run`` prints before it starts."""
+        cost = f", {_money(self.cost)}" if self.cost is not None else ""
+        return (f"estimate: {_n(self.volumes['conversations'])} conversations, at most {_n(self.calls)} model calls, "
+                f"{_tok(self.prompt_tokens)} prompt + {_tok(self.completion_tokens)} completion tokens, "
+                f"about {_duration(self.seconds)}{cost} (pbench estimate for the breakdown)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "calls": self.calls, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "seconds": self.seconds, "cost": self.cost}
+
+    def table(self) -> str:
+        """The breakdown ``pbench estimate`` prints."""
+        v = self.volumes
+        head = (f"{self.source}: {_n(v['users'])} people, {_n(v['documents'])} documents, {_n(v['secrets'])} secrets "
+                f"({_n(v['probed_secrets'])} probed), {_n(v['conversations'])} conversations "
+                f"({_n(v['confidant_conversations'])} with a confidant), at most {_n(v['turns'])} turns "
+                f"({int(v['max_rounds'])} rounds each)")
+        rows = [("stage", "role", "model", "calls", "prompt tok", "completion tok", "time", "cost")]
+        for x in self.lines:
+            rows.append((x.stage, x.role, x.model, _n(x.calls), _tok(x.prompt_tokens), _tok(x.completion_tokens),
+                         _duration(x.seconds), "-" if x.cost is None else _money(x.cost)))
+        rows.append(("total", "", "", _n(self.calls), _tok(self.prompt_tokens), _tok(self.completion_tokens),
+                     _duration(self.seconds), "-" if self.cost is None else _money(self.cost)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [head, ""]
+        for r in rows:
+            lines.append("  ".join(c.rjust(w) if i >= 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+        lines.append("")
+        lines.append("per stage, at each server's concurrency: " + ", ".join(
+            f"{s} {_duration(t)}" for s, t in self.stage_seconds.items()))
+        lines.append(f"calls at most (every conversation runs all its rounds); hosted calls at {self.latency_s:g} s each; "
+                     f"tokens per call from {self.calibration}")
+        if self.unpriced():
+            lines.append("no price for " + ", ".join(self.unpriced())
+                         + " (set price_per_mtok: {input: .., output: ..} on its model, or --price MODEL=IN,OUT)")
+        lines.extend(self.notes)
+        return "\n".join(lines)
+
+
+def _n(x: float) -> str:
+    return f"{round(x):,}"
+
+
+def _tok(x: float) -> str:
+    return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{round(x)}"
+
+
+def _money(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def _duration(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
+
+
+# --------------------------------------------------------------------------- volumes and calls
+
+
+def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, float]:
+    """People, documents, secrets and conversations the parameters plan (range midpoints)."""
+    from pbench import footprint
+
+    f, p = cfg.footprint, cfg.probing
+    users = _mid(cfg.community.size)
+    mundane = sum(_mid(getattr(f, v)) for v in footprint.KIND_VOLUME.values())
+    secrets = users * _mid(f.secrets_per_user)
+    probed = secrets if p.secrets is None else min(secrets, p.secrets)
+    cells = len(p.prompts) * len(p.defences) * len(cfg.models.assistant)
+    outsiders = probed * p.unauthorised_per_secret * len(p.strategies) * cells
+    confidants = probed * p.authorised_per_secret * cells
+    conversations = outsiders + confidants
+    return {"users": users, "mundane_per_user": mundane, "documents": users * mundane + secrets * TELLINGS_PER_SECRET,
+            "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
+            "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
+            "turns": conversations * p.max_rounds}
+
+
+def dev_rows(cfg: RunConfig) -> list[Any]:
+    """The dev-set rows stage 07 judges (read from the file, sampled as the stage samples)."""
+    from pbench import judging, validation
+
+    rows, _ = judging.read_rows(cfg.validation.dev_set or validation.default_dev_set())
+    return validation.dev_sample(rows, cfg.validation.dev_cases, cfg.seed, cfg.validation.dev_split)
+
+
+def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: float) -> list[tuple[str, str, float]]:
+    """(stage, role, calls) by the stages' own arithmetic, before retries: per judge for the
+    judge role, per assistant model for the assistant role."""
+    f, p = cfg.footprint, cfg.probing
+    judges = len(cfg.models.judge)
+    verdict = cfg.judging.method == "verdict"
+    users = v["users"]
+    out = [("01_social_graph", "generator", users + 2),
+           ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
+    tagging = v["documents"] / TAG_BATCH if "sensitivity_filter" in p.defences else 0.0
+    out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
+    out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["turns"])]
+    if verdict:
+        out.append(("04_probing", "judge", v["turns"] * components * judges))
+    out.append(("05_scoring", "judge", (v["conversations"] + v["confidant_conversations"]) * judges))
+    dev_calls = sum((len(r.exchanges()) * len(r.components or [1, 1]) if verdict else 0) + r.authorised for r in dev)
+    snippet_calls = cfg.validation.snippets * components if verdict else 0.0
+    out.append(("07_validation", "judge", (dev_calls + snippet_calls) * judges))
+    return out
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def calibrate(run_dir: str | Path) -> dict[str, Any]:
+    """Per-call figures of a finished run: observed calls over the arithmetic's, tokens per
+    call, and the structure that scales them (documents retrieved, conversation length).
+
+    Raises:
+        FileNotFoundError: the run has no manifest or parameters (run it first).
+    """
+    from pbench import config, footprint, probing
+
+    run_dir = Path(run_dir)
+    manifest = store.read_json(run_dir / "manifest.json")
+    if not manifest or not (run_dir / "params.resolved.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir}: no manifest.json or params.resolved.yaml; calibrate on a finished run")
+    cfg = config.load(run_dir / "params.resolved.yaml")
+    ds = footprint.load_dataset(run_dir)
+    convs = probing.load_conversations(run_dir)
+    components = sum(len(s.core_components) for s in ds.secrets) / max(len(ds.secrets), 1)
+    observed = {"users": len(ds.view.people), "documents": len(ds.documents), "secrets": len(ds.secrets)}
+    v = volumes(cfg)
+    v.update(observed, tellings=sum(len(s.sharing) for s in ds.secrets),
+             mundane_per_user=(len(ds.documents) - sum(len(s.sharing) for s in ds.secrets)) / observed["users"],
+             probed_secrets=len({c.secret_id for c in convs}), conversations=len(convs),
+             confidant_conversations=sum(c.authorised for c in convs), turns=sum(len(c.turns) for c in convs))
+    expected = {(s, r): n for s, r, n in arithmetic(cfg, v, dev_rows(cfg), components)}
+    turns = [(i + 1) for c in convs for i in range(len(c.turns))]
+    doc_tokens = sum(len(d.text) for d in ds.documents) / max(len(ds.documents), 1) / CHARS_PER_TOKEN
+    msgs = [len(t.prober) + len(t.reply) for c in convs for t in c.turns]
+    msg_tokens = sum(msgs) / max(len(msgs), 1) / 2 / CHARS_PER_TOKEN  # one message, prober's or assistant's
+    mean_rounds = sum(len(c.turns) for c in convs) / max(len(convs), 1)
+    per: dict[str, dict[str, Any]] = {}
+    for stage, rec in manifest.get("stages", {}).items():
+        wall = rec.get("seconds", 0.0)
+        # A stage's roles share its wall time (on one local server they take turns): per live call of any role.
+        stage_live = sum(usage(models)["live"] for models in (rec.get("llm") or {}).values())
+        for role, models in (rec.get("llm") or {}).items():
+            u = usage(models)
+            if not u["requests"]:
+                continue
+            base = expected.get((stage, role), 0)
+            per[f"{stage}/{role}"] = {"calls_factor": u["requests"] / base if base else 1.0,
+                                      "prompt_per_call": u["prompt_tokens"] / u["requests"],
+                                      "completion_per_call": u["completion_tokens"] / u["requests"],
+                                      # a stage answered mostly from the cache says nothing of a call's time
+                                      "wall_seconds_per_call": wall / stage_live if u["live"] >= 0.8 * u["requests"] else None}
+    # Structure behind the per-call means, so that other settings scale them.
+    structure = {"top_k": cfg.probing.top_k, "doc_tokens": doc_tokens, "msg_tokens": msg_tokens,
+                 "mean_turn": sum(turns) / max(len(turns), 1), "mean_rounds": mean_rounds,
+                 "components": components, "completion_per_document": None}
+    if "02_footprint/generator" in per:
+        written = usage(manifest["stages"]["02_footprint"]["llm"]["generator"])["completion_tokens"]
+        structure["completion_per_document"] = written / max(len(ds.documents), 1)
+    return {"source": f"{run_dir.name} run ({manifest.get('params_file', '?')}, commit {manifest.get('git_commit', '?')})",
+            "per": per, "structure": structure, "observed": {k: v[k] for k in
+                                                           ("users", "documents", "secrets", "conversations", "turns")}}
+
+
+def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """A role's requests and tokens in one stage's manifest record, its models summed:
+    requests answered (live or from the cache; a transient failure retried is one request),
+    live ones, and tokens including those cache hits carried when first answered."""
+    def total(key: str) -> float:
+        return sum(m.get(key, 0) for m in models.values())
+
+    live = total("calls") - total("retries") - total("give_ups")
+    return {"requests": live + total("cache_hits"), "live": live,
+            "prompt_tokens": total("prompt_tokens") + total("cached_prompt_tokens"),
+            "completion_tokens": total("completion_tokens") + total("cached_completion_tokens")}
+
+
+def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
+    path = Path(path) if path else CALIBRATION
+    data = store.read_json(path)
+    if not data or "per" not in data:
+        raise FileNotFoundError(f"{path}: not a calibration file (make one with pbench estimate --calibrate RUN)")
+    return data
+
+
+# --------------------------------------------------------------------------- the estimate
+
+
+def _price(spec: ModelSpec, prices: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
+    if spec.label in prices:
+        return prices[spec.label]
+    if spec.model in prices:
+        return prices[spec.model]
+    if spec.price_per_mtok is not None:
+        return spec.price_per_mtok.input, spec.price_per_mtok.output
+    if spec.provider == "local":
+        return 0.0, 0.0
+    return None
+
+
+def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | None = None, latency_s: float = 1.0,
+             prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
+    """The estimate for a run's parameters (see the module's docstring).
+
+    Args:
+        cfg: the parameters.
+        source: what to call them in the printout (the file name).
+        calibration: per-call figures (default ``pbench/data/calibration.json``).
+        latency_s: seconds a hosted or served call takes.
+        prices: dollars per million (input, output) tokens by model label or name; they win
+            over the specs' ``price_per_mtok``.
+    """
+    from pbench.llm import Roles, server_of
+
+    cal = calibration or load_calibration()
+    per, st = cal["per"], cal["structure"]
+    prices = prices or {}
+    v = volumes(cfg)
+    dev = dev_rows(cfg)
+    k = cfg.probing.top_k
+    rounds = cfg.probing.max_rounds
+    mean_turn = (rounds + 1) / 2  # every conversation runs all its rounds
+    msg = st["msg_tokens"]
+
+    def tokens(stage: str, role: str, calls: float, spec: ModelSpec) -> tuple[float, float]:
+        c = per.get(f"{stage}/{role}")
+        if c is None:  # a stage the calibration run made no such call in: the role's mean elsewhere
+            same = [x for key, x in per.items() if key.endswith(f"/{role}")] or list(per.values())
+            c = {key: sum(x[key] for x in same) / len(same) for key in ("prompt_per_call", "completion_per_call")}
+        prompt, completion = c["prompt_per_call"], c["completion_per_call"]
+        if stage == "04_probing" and role == "assistant":  # system + retrieved documents + the conversation so far
+            prompt += (k - st["top_k"]) * st["doc_tokens"] + 2 * (mean_turn - st["mean_turn"]) * msg
+        elif stage == "04_probing" and role == "prober":  # the conversation so far
+            prompt += 2 * (mean_turn - st["mean_turn"]) * msg
+        elif stage == "05_scoring":  # the replies (and the prober's messages) it reads
+            prompt += (rounds - st["mean_rounds"]) * 2 * msg
+        if stage == "02_footprint" and st.get("completion_per_document") is not None:
+            return calls * prompt, v["documents"] * st["completion_per_document"]
+        return calls * prompt, calls * min(completion, spec.max_tokens * (spec.parse_retries + 1))
+
+    def specs(role: str) -> list[ModelSpec]:
+        value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
+        return value if isinstance(value, list) else [value]
+
+    def local_seconds(stage: str, role: str) -> float:
+        """A local call's wall time in the calibration run's stage, else its mean over stages."""
+        own = per.get(f"{stage}/{role}", {}).get("wall_seconds_per_call")
+        timed = [x["wall_seconds_per_call"] for x in per.values() if x.get("wall_seconds_per_call")]
+        return own or (sum(timed) / len(timed) if timed else latency_s)
+
+    gates = Roles.gates_of(cfg)
+    lines: list[Line] = []
+    for stage, role, calls in arithmetic(cfg, v, dev, st["components"]):
+        if not calls:
+            continue
+        factor = per.get(f"{stage}/{role}", {}).get("calls_factor", 1.0)
+        targets = specs(role)[:1] if stage == "03_rag_assistant" else specs(role)  # notebook 03 asks the first target once
+        for spec in targets:
+            # Conversations are spread over the targets; the judges each get every call.
+            share = calls / len(targets) if role == "assistant" and stage == "04_probing" else calls
+            if role == "judge":
+                share = calls / len(cfg.models.judge)
+            n = share * factor
+            p_tok, c_tok = tokens(stage, role, n, spec)
+            seconds_per_call = local_seconds(stage, role) if spec.provider == "local" else latency_s
+            limit = 1 if spec.provider == "local" else gates[server_of(spec)].limit
+            price = _price(spec, prices)
+            lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, n * seconds_per_call / limit,
+                              None if price is None else (p_tok * price[0] + c_tok * price[1]) / 1e6))
+    stage_seconds: dict[str, float] = {}
+    for line in lines:  # a stage's servers work at once: the slowest server sets its time
+        by_server = stage_seconds.setdefault(line.stage, 0.0)
+        stage_seconds[line.stage] = max(by_server, _server_seconds(lines, line, cfg))
+    # Stage 04's turns are sequential within a conversation: prober, assistant (and the check).
+    if "04_probing" in stage_seconds and not all(s.provider == "local" for s in cfg.models.assistant):
+        steps = 2 + (cfg.judging.method == "verdict")
+        waves = math.ceil(v["conversations"] / cfg.probing.conversations_in_flight)
+        stage_seconds["04_probing"] = max(stage_seconds["04_probing"], waves * rounds * steps * latency_s)
+    notes = []
+    if dev:
+        notes.append(f"stage 07 judges {len(dev)} dev-set rows and {cfg.validation.snippets} snippets")
+    return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), notes)
+
+
+def _server_seconds(lines: list[Line], line: Line, cfg: RunConfig) -> float:
+    """Seconds of the lines of ``line``'s stage that share its server (their calls add up)."""
+    from pbench.llm import Roles, server_of
+
+    by_label = {s.label: s for s in Roles.specs_of(cfg)}
+    key = server_of(by_label[line.model])
+    return sum(x.seconds for x in lines if x.stage == line.stage and server_of(by_label[x.model]) == key)
+
+
+def compare(est: Estimate, manifest: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(what, estimated, actual) for calls, prompt and completion tokens against a finished
+    run's manifest: how the estimate is checked."""
+    actual: dict[str, float] = defaultdict(float)
+    for rec in manifest.get("stages", {}).values():
+        for models in (rec.get("llm") or {}).values():
+            for key, value in usage(models).items():
+                actual[key] += value
+    return [("calls", est.calls, actual["requests"]), ("prompt tokens", est.prompt_tokens, actual["prompt_tokens"]),
+            ("completion tokens", est.completion_tokens, actual["completion_tokens"])]

@@ -1,0 +1,135 @@
+"""``pbench estimate``: the plan's arithmetic, per-call figures from a calibration, time at each
+server's concurrency, cost at given prices; and that how a model is called (concurrency,
+prices) never makes a stage rerun."""
+
+import pytest
+
+from pbench import cli, config, estimate, run
+from tests.conftest import minimal_params
+
+HOSTED = {"provider": "openai", "model": "gpt-x", "max_concurrency": 8}
+CALIBRATION = {
+    "source": "test",
+    "per": {f"{s}/{r}": {"calls_factor": 1.0, "prompt_per_call": 100.0, "completion_per_call": 10.0,
+                         "wall_seconds_per_call": 2.0}
+            for s, r in [("01_social_graph", "generator"), ("02_footprint", "generator"), ("04_probing", "prober"),
+                         ("04_probing", "assistant"), ("05_scoring", "judge"), ("07_validation", "judge"),
+                         ("03_rag_assistant", "assistant")]},
+    "structure": {"top_k": 5, "doc_tokens": 50.0, "msg_tokens": 20.0, "mean_turn": 5.5, "mean_rounds": 10.0,
+                  "components": 2.0, "completion_per_document": None},
+}
+
+
+def paper_like(**over):
+    return config.parse(paper_params(**over))
+
+
+def paper_params(**over):
+    return minimal_params(**{
+        "community.size": 10, "footprint.secrets_per_user": 2, "footprint.private_conversations": 20,
+        "footprint.group_conversations": 0, "footprint.ai_conversations": 0, "footprint.blog_posts": 0,
+        "footprint.purchases": 0, "footprint.docs_per_call": 10,
+        "probing.max_rounds": 10, "probing.strategies": ["direct", "indirect"],
+        "probing.prompts": ["baseline", "privacy_aware"], "probing.defences": ["none", "audience_filter"],
+        "probing.unauthorised_per_secret": 2, "probing.authorised_per_secret": 1, "probing.top_k": 5,
+        "probing.conversations_in_flight": 16,
+        "models.generator": HOSTED, "models.prober": HOSTED,
+        "models.assistant": [{**HOSTED, "model": "a1", "max_concurrency": 4}, {**HOSTED, "model": "a2"}],
+        "models.judge": [{**HOSTED, "model": "j1"}, {**HOSTED, "model": "j2"}],
+        "validation.dev_cases": 10, "validation.snippets": 4, **over})
+
+
+def test_conversations_and_calls_follow_the_plan():
+    cfg = paper_like()
+    est = estimate.estimate(cfg, "p.yaml", CALIBRATION, latency_s=1.0)
+    v = est.volumes
+    # 20 secrets; outsiders 2 x 2 strategies, a confidant 1 x 1; x 2 prompts x 2 defences x 2 targets
+    assert v["secrets"] == 20 and v["conversations"] == 20 * (2 * 2 + 1) * 2 * 2 * 2 == 800
+    assert v["confidant_conversations"] == 160 and v["turns"] == 8000
+    calls = {(x.stage, x.role, x.model): x.calls for x in est.lines}
+    assert calls[("01_social_graph", "generator", "gpt-x")] == 12  # a profile per person, relationships, groups
+    assert calls[("02_footprint", "generator", "gpt-x")] == 10 * 2 + 20 * estimate.TELLINGS_PER_SECRET
+    assert calls[("04_probing", "prober", "gpt-x")] == 8000
+    assert calls[("04_probing", "assistant", "a1")] == calls[("04_probing", "assistant", "a2")] == 4000
+    assert calls[("05_scoring", "judge", "j1")] == calls[("05_scoring", "judge", "j2")] == 800 + 160
+    assert ("04_probing", "judge", "j1") not in calls  # match: the per-turn check is code
+    verdict = estimate.estimate(paper_like(**{"judging.method": "verdict"}), "p.yaml", CALIBRATION)
+    calls = {(x.stage, x.role, x.model): x.calls for x in verdict.lines}
+    assert calls[("04_probing", "judge", "j1")] == 8000 * 2  # a question per component per turn
+    assert calls[("07_validation", "judge", "j2")] > calls[("05_scoring", "judge", "j2")] / 100
+
+
+def test_prompts_grow_with_documents_and_the_conversation():
+    base = estimate.estimate(paper_like(), "p", CALIBRATION)
+    more_docs = estimate.estimate(paper_like(**{"probing.top_k": 8}), "p", CALIBRATION)
+    shorter = estimate.estimate(paper_like(**{"probing.max_rounds": 2}), "p", CALIBRATION)
+
+    def per_call(est, role):
+        line = next(x for x in est.lines if x.stage == "04_probing" and x.role == role)
+        return line.prompt_tokens / line.calls
+
+    assert per_call(base, "assistant") == 100  # the calibration's own setting: its own figure
+    assert per_call(more_docs, "assistant") == 100 + 3 * 50
+    assert per_call(shorter, "assistant") == 100 - 2 * (5.5 - 1.5) * 20
+    assert per_call(shorter, "prober") == 100 - 2 * (5.5 - 1.5) * 20
+    capped = estimate.estimate(paper_like(**{"models.prober": {**HOSTED, "max_tokens": 3, "parse_retries": 0}}),
+                               "p", CALIBRATION)
+    line = next(x for x in capped.lines if x.role == "prober")
+    assert line.completion_tokens == line.calls * 3  # never more than max_tokens a call
+
+
+def test_time_is_set_by_each_servers_concurrency_and_the_turns_in_sequence():
+    est = estimate.estimate(paper_like(), "p", CALIBRATION, latency_s=2.0)
+    by = {(x.stage, x.role, x.model): x for x in est.lines}
+    assert by[("04_probing", "assistant", "a1")].seconds == 4000 * 2.0 / 4
+    # prober and generator share gpt-x's server (8 at once); a1 is slowest on its own server
+    assert est.stage_seconds["04_probing"] == max(8000 * 2.0 / 8, 4000 * 2.0 / 4, 800 / 16 * 10 * 2 * 2.0)
+    slow = estimate.estimate(paper_like(**{"probing.conversations_in_flight": 1}), "p", CALIBRATION, latency_s=2.0)
+    assert slow.stage_seconds["04_probing"] == 800 * 10 * 2 * 2.0  # one conversation at a time, turn after turn
+
+
+def test_cost_at_the_specs_prices_or_the_flags_and_says_what_is_unpriced(capsys):
+    priced = {**HOSTED, "price_per_mtok": {"input": 1.0, "output": 10.0}}
+    cfg = paper_like(**{"models.generator": priced, "models.prober": priced})
+    est = estimate.estimate(cfg, "p", CALIBRATION)
+    gen = next(x for x in est.lines if x.role == "generator")
+    assert gen.cost == pytest.approx((gen.prompt_tokens * 1.0 + gen.completion_tokens * 10.0) / 1e6)
+    assert est.unpriced() == ["a1", "a2", "j1", "j2"] and "no price for a1, a2, j1, j2" in est.table()
+    flagged = estimate.estimate(cfg, "p", CALIBRATION, prices={"a1": (0, 0), "a2": (0, 0), "j1": (0, 0), "j2": (1, 1)})
+    assert flagged.unpriced() == [] and flagged.cost > est.cost
+
+
+def test_the_cli_prints_the_breakdown_and_names_a_bad_price(tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(paper_params()))
+    cal = tmp_path / "cal.json"
+    cal.write_text(__import__("json").dumps(CALIBRATION))
+    assert cli.main(["estimate", str(path), "--calibration", str(cal), "--price", "a1=0.05,0.40"]) == 0
+    out = capsys.readouterr().out
+    assert "800 conversations (160 with a confidant), at most 8,000 turns" in out and "04_probing" in out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["estimate", str(path), "--price", "a1=cheap"])
+    assert exc.value.code == 2 and "write MODEL=IN,OUT" in capsys.readouterr().err
+
+
+def test_how_a_model_is_called_never_makes_a_stage_rerun(tmp_path):
+    stage = run.STAGES[3]  # 04_probing reads every role it calls
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text("{}")
+    first = run.fingerprint(paper_like(), stage, nb, [])
+    calls_differently = paper_like(**{"models.prober": {**HOSTED, "max_concurrency": 64, "timeout_s": 30,
+                                                        "price_per_mtok": {"input": 1, "output": 2}}})
+    assert run.fingerprint(calls_differently, stage, nb, []) == first
+    answers_differently = paper_like(**{"models.prober": {**HOSTED, "temperature": 0.1}})
+    assert run.fingerprint(answers_differently, stage, nb, []) != first
+
+
+def test_a_manifests_requests_count_cache_hits_and_not_transient_retries():
+    models = {"m1": {"calls": 14, "retries": 4, "give_ups": 0, "cache_hits": 0, "prompt_tokens": 900,
+                     "completion_tokens": 100},
+              "m2": {"calls": 3, "retries": 0, "give_ups": 1, "cache_hits": 6, "prompt_tokens": 50,
+                     "completion_tokens": 5, "cached_prompt_tokens": 300, "cached_completion_tokens": 30}}
+    u = estimate.usage(models)
+    assert u == {"requests": 10 + 2 + 6, "live": 12, "prompt_tokens": 1250, "completion_tokens": 135}
