@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import signal
 import threading
 import time
 import uuid
@@ -124,6 +125,17 @@ class LatencyServer(ThreadingHTTPServer):
         with self._lock:
             self.requests = self.rejected = self.max_in_flight = 0
 
+    def answer(self, request: dict[str, Any]) -> str:
+        """The reply's text: a minimal instance of a requested ``json_schema``, else a sentence
+        (subclasses answer otherwise)."""
+        messages = request.get("messages", [])
+        last = messages[-1].get("content", "") if messages else ""
+        digest = hashlib.sha256(f"{request.get('seed')}|{last}".encode()).digest()
+        fmt = request.get("response_format") or {}
+        if fmt.get("type") == "json_schema":
+            return json.dumps(instance(fmt["json_schema"]["schema"], array_items=self.array_items, tag=digest.hex()[:6]))
+        return sentence(digest)
+
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
         """The chat-completion body for ``request`` (after waiting ``latency_s``)."""
         with self._lock:
@@ -136,13 +148,7 @@ class LatencyServer(ThreadingHTTPServer):
                 self.in_flight -= 1
                 self.requests += 1
         messages = request.get("messages", [])
-        last = messages[-1].get("content", "") if messages else ""
-        digest = hashlib.sha256(f"{request.get('seed')}|{last}".encode()).digest()
-        fmt = request.get("response_format") or {}
-        if fmt.get("type") == "json_schema":
-            text = json.dumps(instance(fmt["json_schema"]["schema"], array_items=self.array_items, tag=digest.hex()[:6]))
-        else:
-            text = sentence(digest)
+        text = self.answer(request)
         prompt_tokens = sum(_words(str(m.get("content", ""))) for m in messages)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -192,12 +198,17 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # one line per request would drown the benchmarks' output
 
 
-@contextlib.contextmanager
 def serve(latency_s: float = 0.5, port: int = 0, require_key: str | None = None,
-          array_items: int = 0) -> Iterator[LatencyServer]:
+          array_items: int = 0) -> contextlib.AbstractContextManager[LatencyServer]:
     """Run a ``LatencyServer`` on 127.0.0.1 in a daemon thread; yields it (``server.url`` is
     the base URL ending in ``/v1``) and shuts it down on exit."""
-    server = LatencyServer(("127.0.0.1", port), latency_s, require_key, array_items)
+    return running(LatencyServer(("127.0.0.1", port), latency_s, require_key, array_items))
+
+
+@contextlib.contextmanager
+def running(server: LatencyServer) -> Iterator[LatencyServer]:
+    """Serve ``server`` (this module's or a subclass's) from a daemon thread; yields it and
+    shuts it down on exit."""
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="latency-server", daemon=True)
     thread.start()
     try:
@@ -238,13 +249,21 @@ def main() -> None:
     ap.add_argument("--array-items", type=int, default=0, help="items per JSON array beyond the schema's minimum")
     args = ap.parse_args()
     with serve(args.latency, args.port, args.require_key, args.array_items) as server:
-        print(f"serving {server.url}/chat/completions with {args.latency} s latency; Ctrl-C stops", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            print(f"\n{server.requests} requests answered, {server.rejected} refused, "
-                  f"at most {server.max_in_flight} in flight")
+        until_interrupted(server)
+
+
+def until_interrupted(server: LatencyServer) -> None:
+    """Say where ``server`` listens, serve until Ctrl-C or SIGTERM, then print its counters."""
+    # A script's background job starts with SIGINT ignored, and a script stops it with SIGTERM.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+    print(f"serving {server.url}/chat/completions with {server.latency_s} s latency; Ctrl-C stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print(f"\n{server.requests} requests answered, {server.rejected} refused, "
+              f"at most {server.max_in_flight} in flight", flush=True)
 
 
 if __name__ == "__main__":
