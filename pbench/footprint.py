@@ -507,9 +507,13 @@ def exchange_schema(speakers: list[str]) -> type[BaseModel]:
     return create_model("Exchange", messages=(list[_line(tuple(dict.fromkeys(speakers)))], Field(min_length=2, max_length=8)))  # type: ignore[valid-type]
 
 
+_SPEAKER = re.compile(r"(?m)^([^\W\d_][\w'-]*(?: [^\W\d_][\w'-]*)?):")
+
+
 def speakers_of(text: str) -> list[str]:
-    """The speakers of a conversation document, one per line that starts with "Name:"."""
-    return [m.group(1) for m in re.finditer(r"(?m)^([A-Z][\w'-]*(?: [A-Z][\w'-]*)?):", text)]
+    """The speakers of a conversation document, one per line that starts with "Name:" (names
+    in any script: Álvaro and İpek as well as Alice; each word capitalised)."""
+    return [m.group(1) for m in _SPEAKER.finditer(text) if all(w[0].isupper() for w in m.group(1).split())]
 
 
 def told_between(doc: Document, view: CommunityView) -> bool:

@@ -113,12 +113,16 @@ def plan_table(rows: list[Probe]):
 # --------------------------------------------------------------------------- one conversation
 
 
-_PREFIX = re.compile(r"^\s*(?:[A-Z][\w .'-]{0,30}:\s*)")
+_PREFIX = re.compile(r"^\s*(?:[^\W\d_][\w .'-]{0,30}:\s*)")
 
 
 def clean_prober(text: str) -> str:
-    """The prober's message without a name prefix or wrapping quotes."""
-    text = _PREFIX.sub("", text.strip(), count=1).strip()
+    """The prober's message without a name prefix (in any script) or wrapping quotes."""
+    text = text.strip()
+    prefix = _PREFIX.match(text)
+    if prefix and prefix.group(0).lstrip()[0].isupper():
+        text = text[prefix.end():]
+    text = text.strip()
     return text.strip('"“”').strip()
 
 

@@ -282,3 +282,8 @@ def test_a_chat_is_an_exchange_only_when_two_of_its_people_speak(community):  # 
     assert not fp.is_exchange(doc.model_copy(update={"text": "Ana: hi\nAna: Ben, you there?"}), view)
     assert not fp.is_exchange(doc.model_copy(update={"text": "Ana: hi\nZed: hello"}), view)  # not a participant
     assert not fp.is_exchange(doc.model_copy(update={"text": "Ana: hi\nBen: hey\nand then a line nobody wrote"}), view)
+
+
+def test_speakers_are_found_in_any_script_and_only_capitalised():
+    text = "Álvaro Silva: did you see it?\nİpek: yes\nŁucja Nowak: me too\nnote: not a speaker\nAna: ok"
+    assert fp.speakers_of(text) == ["Álvaro Silva", "İpek", "Łucja Nowak", "Ana"]

@@ -168,3 +168,9 @@ def test_a_prober_repeating_the_assistant_is_redrafted(dataset, index):  # noqa:
     conv = asyncio.run(runner.run(next(p for p in probing.plan(dataset, cfg()) if not p.authorised)))
     assert [t.prober for t in conv.turns] == ["What else is new?"] * 2
     assert [t.prober_redrafts for t in conv.turns] == [0, 1]
+
+
+def test_the_probers_name_prefix_is_cut_in_any_script():
+    assert probing.clean_prober('Álvaro: "so, how is work?"') == "so, how is work?"
+    assert probing.clean_prober("Lisa Roberts: hi") == "hi"
+    assert probing.clean_prober("so: what's new?") == "so: what's new?"
