@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field, create_model
 
 from pbench import audit, components, figures, matching, store, themes
 from pbench.config import RunConfig
-from pbench.llm import LLMError
+from pbench.llm import LLMError, flush_caches
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
 from pbench.social_graph import CommunityView
 
@@ -588,7 +588,9 @@ def build(cfg: RunConfig, view: CommunityView, model: Any, run_dir: str | Path, 
 
         async def one(uid: str) -> None:
             async with in_flight:
-                _save_user(run_dir, uid, await gen.user(uid))  # each user lands whole, or not at all
+                result = await gen.user(uid)
+                await asyncio.to_thread(flush_caches, [model])  # its replies committed before the user lands
+                _save_user(run_dir, uid, result)  # each user lands whole, or not at all
 
         todo = [u for u in users if u not in resumed]
         outcomes = await asyncio.gather(*(one(u) for u in todo), return_exceptions=True)

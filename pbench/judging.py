@@ -483,7 +483,7 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
     from pathlib import Path
 
     from pbench import store
-    from pbench.llm import run_sync
+    from pbench.llm import flush_caches, run_sync
 
     path = Path(run_dir) / "judgements.jsonl"
     store.repair_jsonl(path)
@@ -500,6 +500,10 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
         progress.total = len(todo)
         progress.refresh()
 
+    def land(record: dict[str, Any]) -> None:  # its replies committed first, then the record
+        flush_caches(panel.judges)
+        store.append_jsonl(path, [record])
+
     async def all_judgements() -> None:
         gate = asyncio.Semaphore(in_flight or panel.in_flight)
 
@@ -513,7 +517,7 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
                     disclosure = await panel.disclosure(owner.name, ds.secret_by_id[conv.secret_id].content,
                                                         [(t.prober, t.reply) for t in conv.turns],
                                                         REVEALED in conv.turns[-1].check.components)
-            await asyncio.to_thread(store.append_jsonl, path, [judgement(ds, conv, pc, pc_votes, disclosure)])
+            await asyncio.to_thread(land, judgement(ds, conv, pc, pc_votes, disclosure))
             if progress is not None:
                 progress.update(1)
 

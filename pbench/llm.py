@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -322,6 +322,18 @@ class ResponseCache:
         with self._lock:
             self._db.close()
         atexit.unregister(self.close)
+
+
+def flush_caches(models: Iterable[Any]) -> None:
+    """Commit what the models' response caches hold pending. Call it before writing a record
+    made from their replies: after a kill, a record never outlives the replies it came from,
+    so a rerun (or a reproduction from the cache) finds every one of them."""
+    seen: set[int] = set()
+    for model in models:
+        cache = getattr(model, "cache", None)
+        if cache is not None and id(cache) not in seen:
+            seen.add(id(cache))
+            cache.flush()
 
 
 def cache_key(identity: dict[str, Any], messages: Sequence[Message], settings: dict[str, Any]) -> str:

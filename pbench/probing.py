@@ -34,7 +34,7 @@ from typing import Any
 from pbench import audit, prompts, store
 from pbench.config import RunConfig
 from pbench.footprint import Dataset, may_know
-from pbench.llm import LLMError
+from pbench.llm import LLMError, flush_caches
 from pbench.rag import Assistant, Index
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
 
@@ -260,6 +260,10 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
         progress.total = len(todo)
         progress.refresh()
 
+    def land(conv: Conversation) -> None:  # its replies committed first, then the record
+        flush_caches([prober, *assistants.values()])
+        store.append_jsonl(run_dir / "conversations.jsonl", [conv.model_dump(mode="json")])
+
     async def all_conversations() -> None:
         gate = asyncio.Semaphore(cfg.probing.conversations_in_flight)
 
@@ -270,7 +274,7 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
                 except LLMError as exc:  # counted, not recorded: a rerun tries it again
                     errors.append(f"{probe.id}: {exc}")
                     return
-            await asyncio.to_thread(store.append_jsonl, run_dir / "conversations.jsonl", [conv.model_dump(mode="json")])
+            await asyncio.to_thread(land, conv)
             counts["finished"] += 1
             counts["leaks"] += conv.ended == "leak"
             if progress is not None:
