@@ -52,7 +52,7 @@ bench: install models
 	$(BIN)/python bench/retrieval.py
 	$(BIN)/pbench run $(PARAMS) --quiet
 	$(BIN)/python bench/overhead.py --torch-threads 1
-	$(BIN)/python bench/concurrency.py --torch-threads 1
+	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/generation_cost.py --params $(PARAMS)
 	$(BIN)/python bench/reproduce.py --params $(PARAMS)
 	$(BIN)/python bench/appends.py

@@ -16,18 +16,22 @@ component, the shared/withheld question (``disclosure``, schema ``judging.Disclo
 pbench runs them with its own stage 05 (``judging.judge_run``, C in flight). Each setting gets
 an empty response cache, so every call reaches the server. The plan is repeated with distinct
 ids (so distinct seeds and replies) up to ``--conversations``. Target: speed-up >= 0.8 x C up
-to C = 16. Writes only temporary files.
+to C = 32. Writes only temporary files.
 
 Besides the speed-up, the table gives each setting's latency floor (the calls it made times
 the latency, over C) and the share of wall time MiniLM spent encoding (under pbench's encode
 lock, so never two at once): near 100%, the encoder, not the endpoint, sets the pace. "on
 loop" is the part encoded on pbench's event loop thread, during which no other
-conversation's request or reply is handled (the panel encodes in a worker thread, so this
-should stay near 0).
+conversation's request or reply is handled (pbench encodes on its encoder thread, so this
+should stay 0). "texts/encode" is how many texts one MiniLM call encoded on average: the
+conversations in flight queue their queries and replies' statements, and the encoder thread
+encodes what has queued together (``embeddings.batched``; the sequential loop uses it too,
+one caller at a time).
 
-``--torch-threads 1`` is the fair comparison on a small machine: with torch's default (one
-thread per core) a single-text MiniLM encode on 2 busy cores swings from 20 ms to 300-800 ms,
-and the sequential loop, which encodes on the main thread, pays that most often.
+``--torch-threads N`` sets torch's threads for the process (default: one per core, as in a
+run). pbench encodes at most 4 texts on one thread whatever it says (on 2 busy cores a
+single-text encode on two swings from 20 ms to 300-800 ms); a larger batch of the
+conversations in flight uses torch's threads (``embeddings.embed_alone``).
 """
 
 from __future__ import annotations
@@ -47,26 +51,29 @@ from pathlib import Path
 import openai
 
 from latency_server import config_for, serve
-from pbench import embeddings, footprint, judging, llm, probing, prompts, rag
+from pbench import audit, embeddings, footprint, judging, llm, probing, prompts, rag
 from pbench.schema import LeakCheck
 
 
 class EncodeTimer:
     """Adds up the seconds MiniLM spends encoding (its ``encode``, called under pbench's lock),
-    and how many of them on pbench's event loop thread, where nothing else runs meanwhile."""
+    how many of them on pbench's event loop thread, where nothing else runs meanwhile, and the
+    texts per call (how well the conversations' encodes were batched)."""
 
     def __init__(self) -> None:
-        self.seconds = self.on_loop = 0.0
+        self.reset()
         model = embeddings.model()
         encode = model.encode
 
-        def timed(*args, **kwargs):
+        def timed(texts, *args, **kwargs):
             t0 = time.perf_counter()
             try:
-                return encode(*args, **kwargs)
+                return encode(texts, *args, **kwargs)
             finally:
                 spent = time.perf_counter() - t0
                 self.seconds += spent
+                self.calls += 1
+                self.texts += len(texts)
                 if threading.current_thread().name == "pbench-llm":
                     self.on_loop += spent
 
@@ -74,6 +81,7 @@ class EncodeTimer:
 
     def reset(self) -> None:
         self.seconds = self.on_loop = 0.0
+        self.calls = self.texts = 0
 
 
 def repeated_plan(ds: footprint.Dataset, cfg, n: int) -> list[probing.Probe]:
@@ -103,18 +111,29 @@ def run_pbench(ds, index, cfg, probes, in_flight: int, run_dir: Path) -> tuple[l
         roles.cache.close()
 
 
-def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str]], float | None, str | None]]:
-    """The plain loop: per conversation, per round, prober call, retrieval, assistant call and
-    the leak check (code with method ``match``; a judge call per component with ``verdict``),
-    then the conversation's persona call and (confidants) disclosure call, one after another
-    with a synchronous client. Same prompts, seeds, stopping rule and calls as pbench's stages
-    04 and 05. Returns each conversation's exchanges, persona score and, for a confidant, its
-    shared/withheld decision."""
+def findings(check: LeakCheck | None, method: str) -> tuple | None:
+    """What a turn's leak check decided, to compare pbench's with the loop's: the verdict and
+    per-component states, and with method ``match`` each vote (similarity, evidence, how). None
+    for a turn not judged (an empty reply)."""
+    if check is None or check.method == "not judged":
+        return None
+    return check.leaked, check.components, check.votes if method == "match" else None
+
+
+def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str, list[str], tuple | None]],
+                                                          float | None, str | None]]:
+    """The plain loop: per conversation, per round, prober call (asked again where pbench's
+    guard asks again), retrieval, assistant call and the leak check (code with method
+    ``match``; a judge call per component with ``verdict``), then the conversation's persona
+    call and (confidants) disclosure call, one after another with a synchronous client. Same
+    prompts, seeds, stopping rule and calls as pbench's stages 04 and 05. Returns per
+    conversation its turns (exchange, documents retrieved, the leak check's ``findings``),
+    persona score and, for a confidant, its shared/withheld decision."""
     client = openai.OpenAI(base_url=cfg.models.prober.base_url, api_key="not-needed", max_retries=0)
     prober, target, judge = cfg.models.prober, cfg.models.assistant[0], cfg.models.judge[0]
     prompter = probing.Runner(ds, index, None, {}, None, cfg.probing.max_rounds, cfg.probing.top_k)
     # The match reading is pbench's own code (no model call); only its embeddings cost time.
-    matcher = judging.Panel([], "match", cfg.judging.match_threshold, cfg.seed, embed=embeddings.embed)
+    matcher = judging.Panel([], "match", cfg.judging.match_threshold, cfg.seed)
 
     def schema_format(schema) -> dict:
         return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()}}
@@ -129,6 +148,12 @@ def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str]], 
         text = prompts.render("judging", template, **variables)
         reply = chat(judge, [{"role": "user", "content": text}], cfg.seed, 0.0, response_format=schema_format(schema))
         return schema.model_validate_json(reply)
+
+    def asserts(probe, secret, owner_name, said) -> bool:
+        if probe.authorised or not said:
+            return False
+        return bool(asyncio.run(matcher.asserted(secret.core_components, owner_name, said,
+                                                 ds.view.name(probe.audience))))
 
     def leak_check(components, owner_name, said, reply, prior):
         if cfg.judging.method == "match":
@@ -150,9 +175,18 @@ def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str]], 
         assistant = rag.Assistant(ds.view, index, None, probe.owner, probe.prompt, probe.defence, cfg.probing.top_k)
         seed = int(probe.id[:8], 16)
         history: list[tuple[str, str]] = []
+        turns = []  # per round: the exchange, the documents retrieved, the check's findings
         check, failed = None, False
         for rnd in range(1, cfg.probing.max_rounds + 1):
             said = probing.clean_prober(chat(prober, prompter._prober_messages(probe, secret, history), seed + rnd))
+            # pbench's prober guard: an outsider's message that asserts a component (read by
+            # the judge's matcher) or repeats the last reply is asked again.
+            redrafts = 0
+            while (asserts(probe, secret, owner.name, said) or (history and audit.is_echo(said, history[-1][1]))) \
+                    and redrafts < probing.PROBER_REDRAFTS:
+                redrafts += 1
+                again = prompter._prober_messages(probe, secret, history, redraft=True)
+                said = probing.clean_prober(chat(prober, again, seed + rnd + 1000 * redrafts))
             if not said:
                 failed = True
                 break
@@ -164,9 +198,11 @@ def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str]], 
             reply = reply.strip()
             history.append((said, reply))
             if not reply:
+                turns.append((said, reply, [d.id for d in docs], None))
                 failed = True
                 break
             check = leak_check(secret.core_components, owner.name, said, reply, check)
+            turns.append((said, reply, [d.id for d in docs], findings(check, cfg.judging.method)))
             if check.leaked:
                 break
         # Stage 05: the persona score, and with a confidant, shared or withheld.
@@ -181,15 +217,17 @@ def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str]], 
                 answer = ask_judge("disclosure", judging.Disclosure, owner=owner.name, secret=secret.content,
                                    turns=[{"asker": q, "reply": r} for q, r in history]).answer
                 disclosure = "shared" if answer == "answered" else "withheld"
-        out.append((history, pc, disclosure))
+        out.append((turns, pc, disclosure))
     client.close()
     return out
 
 
-def outcome(conv, judged: dict) -> tuple[list[tuple[str, str]], float | None, str | None]:
-    """A pbench conversation in ``run_sequential``'s terms: exchanges, persona score, and for a
-    confidant its shared/withheld decision."""
-    return ([(t.prober, t.reply) for t in conv.turns], judged["pc"],
+def outcome(conv, judged: dict, method: str) -> tuple[list[tuple[str, str, list[str], tuple | None]],
+                                                       float | None, str | None]:
+    """A pbench conversation in ``run_sequential``'s terms: per turn the exchange, the
+    documents retrieved and the leak check's findings; the persona score; and for a confidant
+    its shared/withheld decision."""
+    return ([(t.prober, t.reply, t.retrieved, findings(t.check, method)) for t in conv.turns], judged["pc"],
             judged["verdict"] if conv.authorised and judged["verdict"] in ("shared", "withheld") else None)
 
 
@@ -231,7 +269,8 @@ def main() -> None:
         t0 = time.perf_counter()
         sequential = run_sequential(ds, index, base, probes)
         rows.append(("sequential loop", 1, time.perf_counter() - t0, sum(len(h) for h, _, _ in sequential),
-                     server.requests, server.max_in_flight, encoder.seconds, encoder.on_loop))
+                     server.requests, server.max_in_flight, encoder.seconds, encoder.on_loop,
+                     encoder.texts / max(encoder.calls, 1)))
         same = True
         for c in args.in_flight:
             cfg = config_for(args.params, server.url, Path(tmp) / f"c{c}" / "cache.sqlite")
@@ -240,24 +279,27 @@ def main() -> None:
             t0 = time.perf_counter()
             convs, judged = run_pbench(ds, index, cfg, probes, c, Path(tmp) / f"c{c}")
             rows.append((f"pbench C={c}", c, time.perf_counter() - t0, sum(len(v.turns) for v in convs),
-                         server.requests, server.max_in_flight, encoder.seconds, encoder.on_loop))
+                         server.requests, server.max_in_flight, encoder.seconds, encoder.on_loop,
+                         encoder.texts / max(encoder.calls, 1)))
             by_id = {r["id"]: r for r in judged}
-            same &= [outcome(v, by_id[v.id]) for v in convs] == sequential
+            same &= [outcome(v, by_id[v.id], cfg.judging.method) for v in convs] == sequential
 
     seq_s = rows[0][2]
     print(f"\n{'setting':<16} {'seconds':>8} {'conv/min':>9} {'speed-up':>9} {'speed-up/C':>11} {'max in flight':>14} "
-          f"{'turns':>6} {'requests':>9} {'floor s':>8} {'MiniLM busy':>12} {'on loop':>8}")
-    for name, c, secs, turns, requests, peak, encode_s, on_loop in rows:
+          f"{'turns':>6} {'requests':>9} {'floor s':>8} {'MiniLM busy':>12} {'on loop':>8} {'texts/encode':>13}")
+    for name, c, secs, turns, requests, peak, encode_s, on_loop, per_call in rows:
         speed = seq_s / secs
         floor = requests * args.latency / min(c, args.conversations)
         print(f"{name:<16} {secs:>8.1f} {60 * args.conversations / secs:>9.1f} {speed:>9.2f} {speed / c:>11.2f} "
-              f"{peak:>14} {turns:>6} {requests:>9} {floor:>8.1f} {encode_s / secs:>11.0%} {on_loop / secs:>8.0%}")
+              f"{peak:>14} {turns:>6} {requests:>9} {floor:>8.1f} {encode_s / secs:>11.0%} {on_loop / secs:>8.0%} "
+              f"{per_call:>13.1f}")
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
-    print(f"transcripts, persona scores and shared/withheld decisions identical to the sequential loop's "
+    print(f"transcripts, documents retrieved, leak checks (with each match's similarity), persona scores and "
+          f"shared/withheld decisions identical to the sequential loop's "
           f"in every setting: {'yes' if same else 'NO'}")
-    print(f"{'C':>3} {'speed-up/C':>11}  target >= 0.8 x C up to C = 16")
+    print(f"{'C':>3} {'speed-up/C':>11}  target >= 0.8 x C up to C = 32")
     for name, c, secs, *_ in rows[1:]:
-        if c <= 16:
+        if c <= 32:
             ratio = seq_s / secs / c
             print(f"{c:>3} {ratio:>11.2f}  {'met' if ratio >= 0.8 else 'MISSED'}")
 

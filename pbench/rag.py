@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from pbench import prompts, store
+from pbench import embeddings, prompts, store
 from pbench.config import RunConfig
 from pbench.schema import Document
 from pbench.social_graph import CommunityView
@@ -166,8 +166,7 @@ def build_index(docs: list[Document], view: CommunityView, run_dir: Path, tags: 
     Returns:
         Per-user statistics.
     """
-    if embed is None:
-        from pbench.embeddings import embed
+    embed = embeddings.embed if embed is None else embed
     client = _client(run_dir)
     cols = {}
     for uid in sorted(view.people):
@@ -212,7 +211,8 @@ class Retrieved:
 
 
 class Index:
-    """Read access to a run's index: what the assistant retrieves from."""
+    """Read access to a run's index: what the assistant retrieves from. ``embed`` encodes the
+    queries (default ``embeddings.batched``, shared by the conversations in flight)."""
 
     def __init__(self, run_dir: str | Path, embed: Any = None) -> None:
         self.run_dir = Path(run_dir)
@@ -222,9 +222,7 @@ class Index:
         self._cols: dict[str, Any] = {}
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
-        if embed is None:
-            from pbench.embeddings import embed
-        self.embed = embed
+        self.embed = embeddings.batched if embed is None else embed
 
     def collection(self, uid: str):
         if uid not in self._cols:
@@ -235,7 +233,12 @@ class Index:
         return self.collection(uid).count()
 
     def search(self, uid: str, query: str, k: int, defence: str, talker: str, before: dt.datetime) -> list[Retrieved]:
-        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence`` (thread-safe).
+        """Top ``k`` of ``uid``'s documents for ``query`` under ``defence`` (thread-safe)."""
+        return self.nearest(uid, self.embed([query]), k, defence, talker, before)
+
+    def nearest(self, uid: str, vector: Any, k: int, defence: str, talker: str, before: dt.datetime) -> list[Retrieved]:
+        """``search`` for a query already embedded (``vector``, one row), so that the query's
+        encode can be batched with other conversations' before this lookup (thread-safe).
 
         A metadata filter makes Chroma scan every document (30-60 ms on 8,000); an unfiltered
         top-``FETCH`` from the vector index filtered in Python by the same rule gives the same
@@ -244,16 +247,15 @@ class Index:
         """
         include = ["documents", "metadatas", "distances"]
         with self._lock:  # many conversations search from worker threads at once
-            q = self.embed([query])
             col = self.collection(uid)
             n = self._counts.setdefault(uid, col.count())
             if n == 0:
                 return []
-            got = _retrieved(col.query(query_embeddings=q, n_results=min(n, max(FETCH, k)), include=include))
+            got = _retrieved(col.query(query_embeddings=vector, n_results=min(n, max(FETCH, k)), include=include))
             hits = [r for r in got if allows(defence, talker, before, r.meta)]
             if len(hits) >= k or len(got) >= n:
                 return hits[:k]
-            return _retrieved(col.query(query_embeddings=q, n_results=k, where=where(defence, talker, before),
+            return _retrieved(col.query(query_embeddings=vector, n_results=k, where=where(defence, talker, before),
                                         include=include))
 
 
@@ -306,10 +308,13 @@ class Assistant:
         if self.defence not in DEFENCES:
             raise ValueError(f"unknown defence {self.defence!r}; known: {', '.join(DEFENCES)}")
 
+    def query(self, conversation: list[dict[str, str]]) -> str:
+        """What retrieval searches with: the last messages."""
+        return "\n".join(m["content"] for m in conversation[-self.history_for_query:])
+
     def retrieve(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime) -> list[Retrieved]:
         """Step 1: search the owner's documents dated before ``at`` with the last messages."""
-        query = "\n".join(m["content"] for m in conversation[-self.history_for_query:])
-        return self.index.search(self.owner, query, self.top_k, self.defence, talker, at)
+        return self.index.search(self.owner, self.query(conversation), self.top_k, self.defence, talker, at)
 
     def messages(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime,
                  docs: list[Retrieved]) -> list[dict[str, str]]:
@@ -332,8 +337,11 @@ class Assistant:
         return [{"role": "system", "content": system}, *conversation]
 
     async def reply(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime, seed: int | None = None) -> Turn:
-        """One turn: retrieve, assemble, generate (step 3). Retrieval runs off the event loop."""
-        docs = await asyncio.get_running_loop().run_in_executor(None, self.retrieve, talker, conversation, at)
+        """One turn: retrieve, assemble, generate (step 3). Retrieval runs off the event loop,
+        its query encoded together with other conversations' (``embeddings.aembed``)."""
+        vector = await embeddings.aembed(self.index.embed, [self.query(conversation)])
+        docs = await asyncio.get_running_loop().run_in_executor(
+            None, self.index.nearest, self.owner, vector, self.top_k, self.defence, talker, at)
         msgs = self.messages(talker, conversation, at, docs)
         out = await self.model.acomplete(msgs, seed=seed)
         return Turn(out.text.strip(), [d.id for d in docs], msgs, out.unparsed)
