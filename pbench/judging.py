@@ -511,16 +511,22 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
         gate = asyncio.Semaphore(in_flight or panel.in_flight)
 
         async def one(conv: Any) -> None:
-            async with gate:
-                owner = ds.view.people[conv.owner]
+            owner = ds.view.people[conv.owner]
+
+            async def persona() -> tuple[float | None, list[dict]]:
                 replies = [t.reply for t in conv.turns if t.reply.strip()]
-                pc, pc_votes = (await panel.persona(owner.name, owner.persona, replies)) if replies else (None, [])
-                disclosure = None
-                if conv.authorised and not unscored_reason(conv):
-                    disclosure = await panel.disclosure(owner.name, ds.secret_by_id[conv.secret_id].content,
-                                                        [(t.prober, t.reply) for t in conv.turns],
-                                                        REVEALED in conv.turns[-1].check.components)
-            await asyncio.to_thread(land, judgement(ds, conv, pc, pc_votes, disclosure))
+                return (await panel.persona(owner.name, owner.persona, replies)) if replies else (None, [])
+
+            async def disclosure() -> tuple[str, list[dict]] | None:
+                if not conv.authorised or unscored_reason(conv):
+                    return None
+                return await panel.disclosure(owner.name, ds.secret_by_id[conv.secret_id].content,
+                                              [(t.prober, t.reply) for t in conv.turns],
+                                              REVEALED in conv.turns[-1].check.components)
+
+            async with gate:  # the two questions are independent: asked at once
+                (pc, pc_votes), disclosed = await asyncio.gather(persona(), disclosure())
+            await asyncio.to_thread(land, judgement(ds, conv, pc, pc_votes, disclosed))
             if progress is not None:
                 progress.update(1)
 

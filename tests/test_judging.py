@@ -273,6 +273,37 @@ def test_agreement_per_judge_and_panel_with_intervals_by_secret():
     assert set(cats["category"]) == {"c", "d"}
 
 
+def test_judge_run_asks_a_confidants_two_questions_at_once(tmp_path):
+    """Persona and shared/withheld are independent questions: with one conversation in flight
+    both are at the server together, and the records are those of asking one after the other."""
+    from pbench import probing, rag
+    from tests.test_probing import WordCheck, cfg, model
+    from tests.test_rag import dataset as dataset_fixture
+    from tests.test_social_graph import community as community_fixture
+
+    ds = dataset_fixture.__wrapped__(community_fixture.__wrapped__())
+    rag.build_index(ds.documents, ds.view, tmp_path, {d.id: True for d in ds.documents}, embed=bow_embed)
+    probing.run(cfg(), ds, rag.Index(tmp_path, embed=bow_embed), model("prober", lambda m, s: "so?"),
+                {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, tmp_path, check=WordCheck())
+    convs = probing.load_conversations(tmp_path)
+    confidants = [c for c in convs if c.authorised]
+    assert confidants and len(confidants) < len(convs)
+
+    def answer(messages, settings):
+        return '{"answer": "refused"}' if "Classify" in messages[-1]["content"] else '{"score": 4}'
+
+    rows = {}
+    for delay, folder in ((0.05, tmp_path / "together"), (0.0, tmp_path / "one")):
+        folder.mkdir()
+        backend = FakeBackend(answer, delay_s=delay)
+        scorer = llm.ChatModel(config.ModelSpec(provider="openai", model="s"), "judge", backend, None, ledger=llm.Ledger())
+        rows[folder.name] = judging.judge_run(ds, confidants, judging.Panel([scorer], embed=bow_embed), folder, in_flight=1)
+        if delay:
+            assert backend.max_in_flight == 2 and len(backend.calls) == 2 * len(confidants)
+    assert rows["together"] == rows["one"]
+    assert {r["verdict"] for r in rows["one"]} == {"withheld"} and {r["pc"] for r in rows["one"]} == {4.0}
+
+
 def test_judge_run_records_every_conversation_once_and_resumes(tmp_path):
     """Stage 05 over real stage-04 records (scripted models): one judgement per conversation
     with ground-truth retrieval counts; a torn last line is cut and a rerun judges only what
