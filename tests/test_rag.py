@@ -95,9 +95,10 @@ def test_defences_filter_by_audience_and_sensitivity(index):
     assert ids(index, "sensitivity_filter", "u2", at) == ["d1", "d4", "d5", "d6", "d7"]
 
 
-def test_python_filter_agrees_with_chroma_filter_and_fallback(index, monkeypatch):
-    """``allows`` (the fast path) admits exactly what Chroma's ``where`` admits, and a search
-    that must fall back to Chroma's filtered query returns the same documents."""
+def test_python_filter_agrees_with_chroma_filter_and_search_is_exact(index):
+    """``allows`` (what a search applies) admits exactly what Chroma's ``where`` admits, and a
+    search returns the top k of those by cosine similarity, ties by id, as a plain ranking
+    of the vectors Chroma holds would."""
     col = index.collection("u1")
     everything = col.get(include=["metadatas"])
     cases = [(d, t, at) for d in rag.DEFENCES for t in ("u1", "u2", "u3", "u4")
@@ -107,10 +108,16 @@ def test_python_filter_agrees_with_chroma_filter_and_fallback(index, monkeypatch
         by_python = {i for i, m in zip(everything["ids"], everything["metadatas"], strict=True)
                      if rag.allows(defence, talker, at, m)}
         assert by_chroma == by_python, (defence, talker, at)
-    fast = {c: ids(index, *c, k=2) for c in cases}
-    monkeypatch.setattr(rag, "FETCH", 1)  # one unfiltered candidate: most searches fall back
-    slow = rag.Index(index.run_dir, embed=bow_embed)
-    assert {c: ids(slow, *c, k=2) for c in cases} == fast
+    import numpy as np
+
+    for query in ("resigning from Acme", "novels and the book club", "money"):
+        q = bow_embed([query])[0]
+        for defence, talker, at in cases:
+            got = col.get(where=rag.where(defence, talker, at), include=["embeddings"])
+            ranked = sorted(zip(got["ids"], np.asarray(got["embeddings"]) @ q, strict=True), key=lambda r: (-r[1], r[0]))
+            hits = index.nearest("u1", [q], 3, defence, talker, at)
+            assert [h.id for h in hits] == [i for i, _ in ranked[:3]], (query, defence, talker, at)
+            assert [round(h.distance, 6) for h in hits] == [round(1 - float(sim), 6) for _, sim in ranked[:3]]
 
 
 def test_no_defence_reads_the_secret_labels(dataset, tmp_path):
@@ -156,3 +163,51 @@ def test_tagger_unparsed_reply_fails_closed(dataset):
     meta = rag.metadata(dataset.documents[3], dataset.view, None)
     assert meta["sensitive"] is True  # unjudged counts as sensitive
     assert model.ledger.snapshot()["tagger"]["m"]["unparsed"] == 2  # 7 documents, 2 batches
+
+
+def test_build_encodes_while_the_tagger_works_and_writes_the_same_index(dataset, tmp_path, monkeypatch):
+    """Stage 03 with the sensitivity filter: the documents are encoded on a thread of their own
+    while the tagger's requests are out (the encoder is called before the last tag arrives),
+    and the index holds the vectors and tags a build after tagging would write."""
+    import json
+    import threading
+
+    import numpy as np
+
+    from pbench import config, llm
+    from tests.test_probing import cfg
+
+    tagged = threading.Event()
+    encoded_during_tagging = []
+
+    def tags(messages, settings):
+        return json.dumps({"documents": [{"index": i, "sensitive": i % 2 == 0} for i in range(1, rag.TAG_BATCH + 1)]})
+
+    def embed(texts):
+        encoded_during_tagging.append(not tagged.is_set())
+        return bow_embed(texts)
+
+    backend = FakeBackend(tags, delay_s=0.2)
+    tagger = llm.ChatModel(config.ModelSpec(provider="openai", model="t"), "tagger", backend, None, ledger=llm.Ledger())
+    real = rag.tag_documents
+
+    async def tag_then_mark(*a, **k):
+        out = await real(*a, **k)
+        tagged.set()
+        return out
+
+    monkeypatch.setattr(rag, "tag_documents", tag_then_mark)
+    run = cfg(**{"probing.defences": ["none", "sensitivity_filter"]})
+    report = rag.build(run, dataset, tmp_path / "overlapped", tagger, embed=embed)
+    assert encoded_during_tagging == [True] and report["tagged"] == len(dataset.documents)
+    sequential = rag.build_index(dataset.documents, dataset.view, tmp_path / "after",
+                                 {r["id"]: r["sensitive"] for r in rag.store.read_jsonl(tmp_path / "overlapped" / "sensitivity.jsonl")},
+                                 embed=bow_embed)
+    assert sequential == report["per_user"]
+    for uid in dataset.view.people:
+        a = rag.Index(tmp_path / "overlapped", embed=bow_embed).collection(uid).get(include=["embeddings", "metadatas"])
+        b = rag.Index(tmp_path / "after", embed=bow_embed).collection(uid).get(include=["embeddings", "metadatas"])
+        order_a, order_b = np.argsort(a["ids"]), np.argsort(b["ids"])
+        assert [a["ids"][i] for i in order_a] == [b["ids"][i] for i in order_b]
+        np.testing.assert_array_equal(np.asarray(a["embeddings"])[order_a], np.asarray(b["embeddings"])[order_b])
+        assert [a["metadatas"][i] for i in order_a] == [b["metadatas"][i] for i in order_b]
