@@ -169,7 +169,12 @@ def _kernel_manager() -> type:
     user can reach them, and the kernel has no reason to warn that TCP traffic is unencrypted
     (which it printed at the start of every stage)."""
     from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
     from traitlets import CaselessStrEnum
+
+    # A socket's path is at most 107 bytes; the kernel's is the runtime folder plus about 60.
+    if len(jupyter_runtime_dir().encode()) > 40:
+        return AsyncKernelManager
 
     class LocalKernelManager(AsyncKernelManager):
         transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
