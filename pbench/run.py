@@ -164,24 +164,6 @@ def _usage_totals(usage: dict[str, Any]) -> dict[str, int]:
     return tot
 
 
-def _kernel_manager() -> type:
-    """Kernels started over local sockets (IPC) rather than TCP: nothing outside this machine's
-    user can reach them, and the kernel has no reason to warn that TCP traffic is unencrypted
-    (which it printed at the start of every stage)."""
-    from jupyter_client.manager import AsyncKernelManager
-    from jupyter_core.paths import jupyter_runtime_dir
-    from traitlets import CaselessStrEnum
-
-    # A socket's path is at most 107 bytes; the kernel's is the runtime folder plus about 60.
-    if len(jupyter_runtime_dir().encode()) > 40:
-        return AsyncKernelManager
-
-    class LocalKernelManager(AsyncKernelManager):
-        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
-
-    return LocalKernelManager
-
-
 def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progress: bool) -> None:
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -193,7 +175,6 @@ def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progre
             str(nb_out),
             parameters={"params_path": str(params_path), "run_dir": str(run_dir)},
             kernel_name=ensure_kernel(),
-            kernel_manager_class=_kernel_manager(),
             progress_bar={"desc": nb_in.stem, "leave": True} if progress else False,
             cwd=str(nb_in.parent),
             stderr_file=sys.stderr if progress else None,  # the notebook's own progress bars
