@@ -68,12 +68,12 @@ def embed(texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
     """Unit-length embeddings, one row per text (cosine similarity is a dot product).
     Safe to call from several threads at once (calls are serialised).
 
-    A few texts run steadier on one thread: with two on two busy cores one encode swings
+    A few texts (at most 16) run steadier on one thread: with two on two busy cores one encode swings
     from 20 ms to several hundred. Index builds (many texts) keep every thread."""
     if not texts:
         return np.zeros((0, DIMENSIONS), dtype=np.float32)
     m = model()
-    with _encode_lock, _one_thread(len(texts) <= 4):
+    with _encode_lock, _one_thread(len(texts) <= 16):
         return m.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
                         show_progress_bar=False, convert_to_numpy=True)
 
