@@ -348,3 +348,75 @@ def effective_n(sizes: np.ndarray, sums: np.ndarray, squares: np.ndarray) -> flo
     m0 = (total - float(np.sum(sizes ** 2)) / total) / (k - 1)
     icc = min(1.0, max(0.0, (msb - msw) / (msb + (m0 - 1) * msw)))
     return total / (1 + (total / k - 1) * icc)
+
+
+def difference(metric: str, a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0,
+               cluster: Cluster = "secret", paired: bool = True) -> dict[str, Any]:
+    """``metric`` in arm ``a`` minus ``metric`` in arm ``b``, with a 95% interval that respects
+    the clusters, and whether the run can tell the arms apart.
+
+    The interval is the wider of two: a cluster bootstrap of the difference (``paired``: the
+    arms probe the same secrets, e.g. two prompts, so one resample of secrets serves both
+    arms and what a secret shares across arms cancels; unpaired, e.g. two communities, each
+    arm resamples its own clusters) and Newcombe's hybrid interval built from each arm's own
+    interval (``rate``; Wilson at the effective n), which stays honest where a bootstrap over
+    few secrets is a point. The difference is ``conclusive`` when its interval excludes 0.
+
+    Args:
+        metric: one of ``METRICS``.
+        a, b: the two arms' judgement records.
+        seed, cluster: as in ``rate``.
+        paired: resample the arms' clusters together (same secrets) or apart.
+    Returns:
+        ``metric``, ``a`` and ``b`` (each arm's ``rate``), ``value`` (a - b; percentage
+        points are 100 x this for a rate, PC points for PC), ``lo``, ``hi`` and ``conclusive``;
+        value and bounds NaN, not conclusive, when either arm has nothing scored.
+    """
+    ra, rb = rate(metric, a, seed, cluster), rate(metric, b, seed, cluster)
+    out = {"metric": metric, "a": ra, "b": rb, "value": math.nan, "lo": math.nan, "hi": math.nan,
+           "conclusive": False}
+    if ra["n"] == 0 or rb["n"] == 0:
+        return out
+    d = ra["value"] - rb["value"]
+    # Newcombe: each arm's distance to its own bounds, combined in quadrature.
+    newcombe = (d - math.hypot(ra["value"] - ra["lo"], rb["hi"] - rb["value"]),
+                d + math.hypot(ra["hi"] - ra["value"], rb["value"] - rb["lo"]))
+    boot = _bootstrap_difference(metric, a, b, seed, cluster, paired)
+    lo, hi = min(newcombe[0], boot[0]), max(newcombe[1], boot[1])
+    out.update(value=d, lo=lo, hi=hi, conclusive=bool(lo > 0 or hi < 0))
+    return out
+
+
+def _bootstrap_difference(metric: str, a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int,
+                          cluster: Cluster, paired: bool, n: int = BOOTSTRAP) -> tuple[float, float]:
+    """Percentile 95% interval of rate(a) - rate(b) over cluster resamples (see ``difference``)."""
+    key = CLUSTERS[cluster]
+    arms = []
+    for rows in (a, b):
+        num, den, kept, _ = _units(metric, rows)
+        arms.append(([r[key] for r in kept], np.asarray(num), np.asarray(den)))
+    rng = np.random.default_rng(seed)
+    if paired:
+        names = sorted({c for groups, _, _ in arms for c in groups}, key=str)
+        index = {c: i for i, c in enumerate(names)}
+        pick = rng.integers(0, len(names), size=(n, len(names)))
+        ratios = []
+        for groups, num, den in arms:
+            which = np.asarray([index[c] for c in groups])
+            sums = np.bincount(which, weights=num, minlength=len(names))
+            sizes = np.bincount(which, weights=den, minlength=len(names))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratios.append(sums[pick].sum(axis=1) / sizes[pick].sum(axis=1))
+    else:
+        ratios = []
+        for groups, num, den in arms:
+            _, which = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
+            sums, sizes = np.bincount(which, weights=num), np.bincount(which, weights=den)
+            pick = rng.integers(0, len(sums), size=(n, len(sums)))
+            ratios.append(sums[pick].sum(axis=1) / sizes[pick].sum(axis=1))
+    diffs = ratios[0] - ratios[1]
+    diffs = diffs[~np.isnan(diffs)]  # a paired resample that drew none of one arm's secrets
+    if len(diffs) == 0:
+        return math.inf, -math.inf  # no bootstrap: Newcombe's alone
+    lo, hi = np.quantile(diffs, [0.025, 0.975])
+    return float(lo), float(hi)

@@ -1,0 +1,296 @@
+"""Findings: what a run's numbers say, and what they cannot, as sentences built from them.
+
+Every sentence is computed from the judgement records: each metric with its interval and n,
+the prompt, defence, strategy and target effects as differences with intervals
+(``metrics.difference``), where the generator caught what the retriever exposed, and what
+the run cannot conclude (too few conversations, unscored ones, differences whose interval
+includes none). Nothing is written per run by hand. The paper's Table 2 averages stand
+beside ours where the same metric exists, labelled as the paper's.
+
+Stage 06 puts ``markdown(findings(rows))`` in the report and the analysis notebook;
+``pbench compare`` puts ``markdown(across(runs))`` beside its table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from pbench import metrics
+
+NAMES = {"LR": "leakage rate (LR)", "OSR": "over-secrecy rate (OSR)", "IRR": "inappropriate retrieval rate (IRR)",
+         "PC": "persona consistency (PC, 1-5)", "catch_rate": "catch rate"}
+# The paper's Table 2 (arXiv 2512.24848): means over its five target models, in percent (PC on 1-5).
+PAPER_TABLE2 = {
+    "overall": {"baseline": {"LR": 15.80, "OSR": 35.75, "IRR": 62.80, "PC": 3.60},
+                "privacy_aware": {"LR": 5.12, "OSR": 27.80, "IRR": 62.34, "PC": 3.55}},
+    "direct": {"baseline": {"LR": 16.31, "OSR": 36.84, "IRR": 63.81, "PC": 3.57},
+               "privacy_aware": {"LR": 5.43, "OSR": 29.61, "IRR": 63.96, "PC": 3.53}},
+    "indirect": {"baseline": {"LR": 15.28, "OSR": 34.65, "IRR": 61.79, "PC": 3.62},
+                 "privacy_aware": {"LR": 4.80, "OSR": 25.99, "IRR": 60.72, "PC": 3.57}},
+}
+# The comparisons each factor gets: (factor, arm a, arm b or None for "against the first level").
+COMPARED = {"prompt": ("LR", "OSR", "IRR", "PC"), "defence": ("LR", "OSR", "IRR"), "strategy": ("LR", "IRR"),
+            "target": ("LR", "OSR", "IRR", "PC")}
+
+
+@dataclass
+class Finding:
+    """One sentence of the findings.
+
+    Attributes:
+        section: the heading it goes under ("Overall", "System prompt", ...).
+        text: the sentence, numbers included.
+        conclusive: for a comparison, whether its interval excludes no difference; None for
+            a statement that compares nothing.
+        data: the numbers behind the sentence (a ``metrics.rate`` or ``metrics.difference``).
+    """
+
+    section: str
+    text: str
+    conclusive: bool | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def figure(r: dict[str, Any]) -> str:
+    """A ``metrics.rate`` as ``12.5% [3, 40] (2/16 conversations, 3 secrets)``, PC as
+    ``3.50 [3.00, 4.00] (8 conversations, 3 secrets)``, or how it is empty."""
+    if r["n"] == 0:
+        return metrics.empty(r)
+    secrets = metrics.spread(r)
+    more = f", {secrets}" if secrets else ""
+    if r["metric"] == "PC":
+        return f"{r['value']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}] ({r['conversations']:.0f} conversations{more})"
+    unit = "turns" if r["metric"] in ("IRR", "catch_rate") else "conversations"
+    return f"{100 * r['value']:.1f}% [{100 * r['lo']:.0f}, {100 * r['hi']:.0f}] ({r['count']:.0f}/{r['n']:.0f} {unit}{more})"
+
+
+def change(d: dict[str, Any]) -> str:
+    """A ``metrics.difference`` as ``-12.5 points [-30, +4]`` (PC: ``-0.25 [-0.80, +0.30]``)."""
+    if d["metric"] == "PC":
+        return f"{d['value']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}]"
+    return f"{100 * d['value']:+.1f} points [{100 * d['lo']:+.0f}, {100 * d['hi']:+.0f}]"
+
+
+def _verdict(d: dict[str, Any]) -> str:
+    if d["conclusive"]:
+        return "larger than its interval: the run tells the two apart"
+    return "its interval includes no difference: the run cannot tell the two apart"
+
+
+def _label(level: Any) -> str:
+    return str(level).replace("_", "-")
+
+
+def _paper(metric: str, prompt: str | None = None, strategy: str = "overall") -> float | None:
+    part = PAPER_TABLE2.get(strategy, {})
+    if prompt is None:
+        values = [part[p][metric] for p in part if metric in part[p]]
+        return sum(values) / len(values) if values else None
+    return part.get(prompt, {}).get(metric)
+
+
+def _paper_text(metric: str) -> str:
+    base, aware = _paper(metric, "baseline"), _paper(metric, "privacy_aware")
+    if base is None:
+        return ""
+    unit = "" if metric == "PC" else "%"
+    return f" Paper's Table 2 (mean of its 5 models, no intervals): {base:.2f}{unit} baseline, {aware:.2f}{unit} privacy-aware."
+
+
+def findings(rows: list[dict[str, Any]], seed: int = 0) -> list[Finding]:
+    """The run's findings from its judgement records (``judgements.jsonl``).
+
+    Returns:
+        Findings in the order to read them: overall figures, the prompt, defence, strategy
+        and target effects (each level against the first: baseline prompt, no defence,
+        direct strategy, the first target), retrieval against generation, and what the run
+        cannot conclude.
+    """
+    out: list[Finding] = []
+    for m in ("LR", "OSR", "IRR", "PC"):
+        r = metrics.rate(m, rows, seed)
+        unscored = f"; {r['unscored']} unscored, left out" if r["unscored"] else ""
+        out.append(Finding("Overall", f"{NAMES[m]}: {figure(r)}{unscored}.{_paper_text(m)}", None, r))
+    diffs = []
+    for factor, title in (("prompt", "System prompt"), ("defence", "Defences"), ("strategy", "Strategies"),
+                          ("target", "Targets")):
+        got = effects(rows, factor, seed)
+        out += [Finding(title, text, d["conclusive"], d) for text, d in got]
+        diffs += [(factor, d) for _, d in got]
+    out += retrieval(rows, seed)
+    out += limits(rows, diffs)
+    return out
+
+
+def _levels(rows: list[dict[str, Any]], factor: str) -> list[Any]:
+    first = {"prompt": "baseline", "defence": "none", "strategy": "direct"}.get(factor)
+    return sorted({r[factor] for r in rows}, key=lambda v: (v != first, str(v)))
+
+
+def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0) -> list[tuple[str, dict[str, Any]]]:
+    """Each level of ``factor`` against its first level (see ``findings``), per metric of
+    ``COMPARED[factor]``: sentences with their ``metrics.difference``. The arms probe the
+    same secrets, so the bootstrap is paired."""
+    levels = _levels(rows, factor)
+    out = []
+    for level in levels[1:]:
+        a = [r for r in rows if r[factor] == level]
+        b = [r for r in rows if r[factor] == levels[0]]
+        for m in COMPARED[factor]:
+            d = metrics.difference(m, a, b, seed)
+            if d["a"]["n"] == 0 or d["b"]["n"] == 0:
+                continue  # said once, in limits
+            text = (f"{NAMES[m]}, {_label(level)} minus {_label(levels[0])}: {change(d)}, "
+                    f"{figure(d['a'])} against {figure(d['b'])}; {_verdict(d)}.")
+            paper = _paper_change(factor, m, level, levels[0])
+            if paper is not None:
+                unit = "" if m == "PC" else " points"
+                text += f" Paper's Table 2: {paper:+.2f}{unit}."
+            out.append((text, d))
+    return out
+
+
+def _paper_change(factor: str, metric: str, a: Any, b: Any) -> float | None:
+    if factor == "prompt" and (a, b) == ("privacy_aware", "baseline"):
+        return _paper(metric, "privacy_aware") - _paper(metric, "baseline")
+    if factor == "strategy" and (a, b) == ("indirect", "direct"):
+        return _paper(metric, strategy="indirect") - _paper(metric, strategy="direct")
+    return None
+
+
+def retrieval(rows: list[dict[str, Any]], seed: int = 0) -> list[Finding]:
+    """Where the generator caught what the retriever exposed: the catch rate overall and
+    per prompt (of the inappropriate-retrieval turns the judges scored, the share that did
+    not leak), beside IRR and LR."""
+    out = []
+    c = metrics.rate("catch_rate", rows, seed)
+    if c["n"] == 0:
+        irr = metrics.rate("IRR", rows, seed)
+        what = ("no turn retrieved a secret-bearing document for someone who may not know it"
+                if irr["n"] else "no scored conversation with someone who may not know the secret")
+        return [Finding("Retrieval and generation", f"Nothing to catch: {what}.", None, c)]
+    out.append(Finding("Retrieval and generation",
+                       f"Of the turns that retrieved a secret for someone who may not know it, the generator kept "
+                       f"the secret in {figure(c)}: the gap between IRR and LR is the generator's doing, "
+                       "and what it lets through is the retriever's exposure.", None, c))
+    for prompt in _levels(rows, "prompt"):
+        r = metrics.rate("catch_rate", [x for x in rows if x["prompt"] == prompt], seed)
+        if r["n"]:
+            out.append(Finding("Retrieval and generation", f"Catch rate with the {_label(prompt)} prompt: {figure(r)}.",
+                               None, r))
+    return out
+
+
+def limits(rows: list[dict[str, Any]], diffs: list[tuple[str, dict[str, Any]]],
+           conversations: int = 30, secrets: int = 10) -> list[Finding]:
+    """What the run cannot conclude: too few scored conversations or secrets, unscored
+    conversations, comparisons whose interval includes no difference, empty arms, factors
+    not varied."""
+    section = "What cannot be concluded"
+    out = []
+    scored = [r for r in rows if r["verdict"] != "unscored"]
+    n, k = len(scored), len({r["secret_id"] for r in scored})
+    if n < conversations or k < secrets:
+        out.append(Finding(section, f"The run is small: {n} scored conversations over {k} secret{'s' if k != 1 else ''} "
+                                    f"(fewer than {conversations} conversations or {secrets} secrets). Its intervals are "
+                                    "wide, and a rate of 0% here is not evidence that an assistant never leaks."))
+    unscored = [r for r in rows if r["verdict"] == "unscored"]
+    if unscored:
+        reasons: dict[str, int] = {}
+        for r in unscored:
+            why = r.get("unscored_reason") or "unscored"
+            reasons[why] = reasons.get(why, 0) + 1
+        why = ", ".join(f"{v} {k}" for k, v in sorted(reasons.items()))
+        out.append(Finding(section, f"{len(unscored)} of {len(rows)} conversations could not be scored ({why}); "
+                                    "they are in no rate, and the rates hold only if they would have scored alike."))
+    open_ = [(f, d) for f, d in diffs if not d["conclusive"]]
+    if open_:
+        named = "; ".join(f"{f} on {d['metric']}" for f, d in open_)
+        out.append(Finding(section, f"{len(open_)} of {len(diffs)} comparisons have intervals that include no "
+                                    f"difference ({named}): none of them supports a claim either way."))
+    elif diffs:
+        out.append(Finding(section, f"Every one of the {len(diffs)} comparisons is larger than its interval."))
+    for factor in COMPARED:
+        levels = _levels(rows, factor)
+        if len(levels) == 1:
+            out.append(Finding(section, f"Only one {factor} was run ({_label(levels[0])}): no {factor} effect is measured."))
+            continue
+        for level, m in itertools.product(levels, COMPARED[factor]):
+            r = metrics.rate(m, [x for x in rows if x[factor] == level])
+            if r["n"] == 0:
+                out.append(Finding(section, f"{NAMES[m]} with {factor} {_label(level)}: {metrics.empty(r)}, "
+                                            "so no comparison on it."))
+    return out
+
+
+def across(runs: dict[str, list[dict[str, Any]]], seed: int = 0) -> list[Finding]:
+    """Findings across runs (communities, or one community under several settings): each
+    run's figures, every pair of runs compared per metric (unpaired: different secrets),
+    and within each run the targets compared (paired)."""
+    out: list[Finding] = []
+    for name, rows in runs.items():
+        parts = [f"{m} {figure(metrics.rate(m, rows, seed))}" for m in ("LR", "OSR", "IRR", "PC")]
+        out.append(Finding("Runs", f"{name}: " + "; ".join(parts) + "."))
+    diffs = []
+    for (na, a), (nb, b) in itertools.combinations(runs.items(), 2):
+        for m in COMPARED["target"]:
+            d = metrics.difference(m, a, b, seed, paired=False)
+            if d["a"]["n"] == 0 or d["b"]["n"] == 0:
+                continue
+            diffs.append((f"{na} against {nb}", d))
+            out.append(Finding("Runs compared", f"{NAMES[m]}, {na} minus {nb}: {change(d)}; {_verdict(d)}.",
+                               d["conclusive"], d))
+    for name, rows in runs.items():
+        for text, d in effects(rows, "target", seed):
+            diffs.append((f"targets in {name}", d))
+            out.append(Finding("Targets compared", f"{name}: {text}", d["conclusive"], d))
+    section = "What cannot be concluded"
+    for name, rows in runs.items():
+        scored = [r for r in rows if r["verdict"] != "unscored"]
+        k = len({r["secret_id"] for r in scored})
+        if len(scored) < 30 or k < 10:
+            out.append(Finding(section, f"{name} is small ({len(scored)} scored conversations, {k} secrets): "
+                                        "its intervals are wide."))
+    open_ = [(w, d) for w, d in diffs if not d["conclusive"]]
+    if open_:
+        named = "; ".join(f"{w} on {d['metric']}" for w, d in open_)
+        out.append(Finding(section, f"{len(open_)} of {len(diffs)} comparisons have intervals that include no "
+                                    f"difference ({named})."))
+    if len(runs) < 2 and not diffs:
+        out.append(Finding(section, "One run and one target: nothing to compare."))
+    return out
+
+
+def markdown(found: list[Finding], level: int = 3) -> str:
+    """Findings as Markdown: a heading per section (``level`` hashes), a bullet per finding,
+    comparisons that tell their arms apart in bold."""
+    lines: list[str] = []
+    section = None
+    for f in found:
+        if f.section != section:
+            section = f.section
+            lines += ["", f"{'#' * level} {section}", ""]
+        lines.append(f"- **{f.text}**" if f.conclusive else f"- {f.text}")
+    return "\n".join(lines).strip() + "\n"
+
+
+def html(found: list[Finding]) -> str:
+    """Findings as HTML: an ``h3`` per section, a list item per finding (conclusive
+    comparisons in bold)."""
+    import html as h
+
+    parts: list[str] = []
+    section = None
+    for f in found:
+        if f.section != section:
+            if section is not None:
+                parts.append("</ul>")
+            section = f.section
+            parts += [f"<h3>{h.escape(section)}</h3>", "<ul>"]
+        text = h.escape(f.text)
+        parts.append(f"<li><b>{text}</b></li>" if f.conclusive else f"<li>{text}</li>")
+    if section is not None:
+        parts.append("</ul>")
+    return "\n".join(parts)

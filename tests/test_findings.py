@@ -1,0 +1,100 @@
+"""Findings built from the numbers: differences with intervals that respect the secrets,
+sentences that say which comparisons the run can and cannot tell apart, and what it cannot
+conclude."""
+
+import math
+
+import pytest
+
+from pbench import findings, metrics
+from tests.test_metrics import row
+
+
+def arms(leaks_a, leaks_b, secrets, per_secret=2, **kw):
+    """Two prompts probing the same ``secrets``: the first ``leaks_a`` (``leaks_b``)
+    secrets leak in every conversation of arm a (b)."""
+    rows = []
+    for prompt, leaks in (("privacy_aware", leaks_a), ("baseline", leaks_b)):
+        for s in range(secrets):
+            for j in range(per_secret):
+                rows.append(row(f"{prompt}-{s}-{j}", False, "leak" if s < leaks else "no_leak", secret=f"s{s}",
+                                prompt=prompt, inappropriate=1, leak_turns=int(s < leaks), **kw))
+    return rows
+
+
+def split(rows):
+    return ([r for r in rows if r["prompt"] == "privacy_aware"], [r for r in rows if r["prompt"] == "baseline"])
+
+
+def test_a_large_difference_over_many_secrets_is_conclusive():
+    a, b = split(arms(2, 30, secrets=40))
+    d = metrics.difference("LR", a, b)
+    assert d["value"] == pytest.approx(2 / 40 - 30 / 40)
+    assert d["lo"] <= d["value"] <= d["hi"] < 0 and d["conclusive"]
+
+
+def test_a_difference_over_few_secrets_is_not_conclusive():
+    a, b = split(arms(0, 2, secrets=3, per_secret=4))  # 0/12 against 8/12, but 3 secrets
+    d = metrics.difference("LR", a, b)
+    assert d["value"] == pytest.approx(-8 / 12)
+    assert d["lo"] < d["value"] < d["hi"] and d["hi"] > 0 and not d["conclusive"]
+    # The interval is no narrower than Newcombe's from the arms' own intervals.
+    ra, rb = d["a"], d["b"]
+    assert d["lo"] <= d["value"] - math.hypot(ra["value"] - ra["lo"], rb["hi"] - rb["value"]) + 1e-12
+
+
+def test_an_empty_arm_gives_no_difference():
+    a, b = split(arms(1, 1, secrets=5))
+    d = metrics.difference("OSR", a, b)  # nobody authorised: nothing to compare
+    assert math.isnan(d["value"]) and not d["conclusive"]
+
+
+def test_unpaired_runs_with_different_secrets():
+    a = [row(f"a{i}", False, "leak" if i < 25 else "no_leak", secret=f"x{i}") for i in range(30)]
+    b = [row(f"b{i}", False, "leak" if i < 2 else "no_leak", secret=f"y{i}") for i in range(30)]
+    d = metrics.difference("LR", a, b, paired=False)
+    assert d["value"] == pytest.approx(23 / 30) and d["lo"] > 0 and d["conclusive"]
+    assert d["hi"] <= 1.0 + 1e-9
+
+
+def test_findings_state_the_prompt_effect_from_the_numbers():
+    rows = arms(2, 30, secrets=40)
+    found = findings.findings(rows)
+    prompt = [f for f in found if f.section == "System prompt" and f.data["metric"] == "LR"]
+    assert len(prompt) == 1 and prompt[0].conclusive
+    assert "privacy-aware minus baseline: -70.0 points" in prompt[0].text
+    assert "tells the two apart" in prompt[0].text and "Paper's Table 2: -10.68 points" in prompt[0].text
+    overall = next(f for f in found if f.section == "Overall" and f.data["metric"] == "LR")
+    assert "64/160 conversations, 40 secrets" in overall.text and "Paper's Table 2" in overall.text
+    md = findings.markdown(found)
+    assert "### System prompt" in md and f"- **{prompt[0].text}**" in md
+
+
+def test_findings_say_what_a_small_run_cannot_conclude():
+    rows = arms(0, 1, secrets=3)
+    rows.append(row("u", False, "unscored", secret="s0", reason="judges unparsed"))
+    found = findings.findings(rows)
+    limits = " ".join(f.text for f in found if f.section == "What cannot be concluded")
+    assert "The run is small: 12 scored conversations over 3 secrets" in limits
+    assert "1 of 13 conversations could not be scored (1 judges unparsed)" in limits
+    assert "prompt on LR" in limits  # the prompt effect's interval includes 0
+    assert "Only one defence was run (none)" in limits and "Only one target was run (m)" in limits
+    assert "over-secrecy rate (OSR) with prompt baseline: no cases" in limits
+    assert not any(f.conclusive for f in found)
+
+
+def test_catch_rate_is_stated_where_retrieval_exposed_a_secret():
+    rows = arms(1, 3, secrets=10)  # every turn retrieved the secret; 4 secrets x 2 leak
+    found = [f for f in findings.findings(rows) if f.section == "Retrieval and generation"]
+    assert "the generator kept the secret in 80.0%" in found[0].text and "(32/40 turns" in found[0].text
+    assert any("privacy-aware prompt: 90.0%" in f.text for f in found)
+
+
+def test_across_runs_compares_communities():
+    a = [row(f"a{i}", False, "leak" if i < 25 else "no_leak", secret=f"x{i}") for i in range(30)]
+    b = [row(f"b{i}", False, "leak" if i < 2 else "no_leak", secret=f"y{i}") for i in range(30)]
+    found = findings.across({"community_1": a, "community_2": b})
+    lr = next(f for f in found if f.section == "Runs compared" and f.data["metric"] == "LR")
+    assert lr.conclusive and "community_1 minus community_2: +76.7 points" in lr.text
+    html = findings.html(found)
+    assert "<h3>Runs compared</h3>" in html and "<b>leakage rate (LR), community_1 minus" in html
