@@ -143,6 +143,32 @@ def ensure_kernel() -> str:
     return KERNEL_NAME
 
 
+def kernel_manager_class() -> type:
+    """The kernel manager papermill starts each stage's kernel with: jupyter_client's own,
+    provisioning CurveZMQ keys for kernels whose spec declares them (ipykernel's does).
+
+    The kernel's sockets stay on loopback TCP with ports of their own (IPC sockets were named
+    after the notebook's folder and collided between concurrent runs), and the traffic is
+    encrypted, so ipykernel no longer warns at every stage that it runs "over TCP without
+    encryption"; a kernel that declares no Curve support still starts, unencrypted.
+    """
+    global _KERNEL_MANAGER
+    if _KERNEL_MANAGER is None:
+        from jupyter_client.manager import AsyncKernelManager
+        from traitlets import default
+
+        class EncryptedKernelManager(AsyncKernelManager):
+            @default("transport_encryption")
+            def _encrypt_where_supported(self) -> str:
+                return "auto"
+
+        _KERNEL_MANAGER = EncryptedKernelManager
+    return _KERNEL_MANAGER
+
+
+_KERNEL_MANAGER: type | None = None
+
+
 @dataclass
 class StageResult:
     name: str
@@ -175,6 +201,7 @@ def _execute(nb_in: Path, nb_out: Path, params_path: Path, run_dir: Path, progre
             str(nb_out),
             parameters={"params_path": str(params_path), "run_dir": str(run_dir)},
             kernel_name=ensure_kernel(),
+            kernel_manager_class=kernel_manager_class(),
             progress_bar={"desc": nb_in.stem, "leave": True} if progress else False,
             cwd=str(nb_in.parent),
             stderr_file=sys.stderr if progress else None,  # the notebook's own progress bars

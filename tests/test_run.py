@@ -118,3 +118,17 @@ def test_partial_outputs_resume_only_under_the_same_parameters_and_force_recompu
     assert (out / "one.txt").read_text() == "x"
     stale = sorted(p.read_text() for p in (out / "stale").glob("01_one-*/part.txt"))
     assert stale == ["x", "xx"]
+
+
+def test_a_stage_prints_its_own_output_and_no_third_party_noise(tmp_path, capfd):
+    """The kernel is started with Curve keys (no "over TCP without encryption" warning), tqdm's
+    widget warning is ignored, and what the notebook itself writes to stderr still shows."""
+    nb = tmp_path / "01_noise.ipynb"
+    _notebook(nb, "import sys\nimport tqdm.auto\nfrom tqdm.auto import tqdm as bar\n"
+                  "for _ in bar(range(3), desc='our bar'):\n    pass\nprint('our error', file=sys.stderr)")
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump(minimal_params(outputs_dir=str(tmp_path / "out"))))
+    run._execute(nb, tmp_path / "out.ipynb", params, tmp_path / "run", progress=True)
+    err = capfd.readouterr().err
+    assert "our error" in err and "our bar" in err
+    assert "without encryption" not in err and "IProgress" not in err and "WARNING" not in err
