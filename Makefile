@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PARAMS ?= params/tiny.yaml
 
-.PHONY: demo install models run test test-fast browser bench clean-venv
+.PHONY: demo install models run lab test test-fast browser bench clean-venv
 
 demo: install models run
 
@@ -27,6 +27,15 @@ models: install
 
 run: install
 	$(BIN)/pbench run $(PARAMS)
+
+# JupyterLab on notebooks/ with the project's kernel ("Python (pbench)"). Each notebook's
+# parameters cell points at params/tiny.yaml and outputs/tiny: run `make demo` first, then
+# run any notebook top to bottom. Kernels get CurveZMQ keys, as in `pbench run`.
+# Options go through LAB_ARGS, e.g. make lab LAB_ARGS="--no-browser --port 8899".
+LAB_ARGS ?=
+lab: install
+	$(BIN)/jupyter lab --notebook-dir=notebooks --KernelManager.transport_encryption=auto \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # pytest exits 5 when it collects nothing: treat that as a failure, not a pass.
 test: install models browser

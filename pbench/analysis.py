@@ -255,31 +255,47 @@ def caution(judgements: list[dict], conversations: int = 30, secrets: int = 10) 
 # --------------------------------------------------------------------------- several runs
 
 
-def compare(run_dirs: list[Path], out_dir: Path) -> Any:
-    """Aggregate runs (several communities, or one community under several targets) into
-    one table and figure: each run's overall LR, OSR, IRR and PC, and its per-target rows.
+def run_names(run_dirs: list[Path]) -> list[str]:
+    """Each run's folder name, or its whole path where two runs share a folder name."""
+    names = [Path(d).name for d in run_dirs]
+    return [n if names.count(n) == 1 else str(d) for n, d in zip(names, run_dirs, strict=True)]
 
-    Writes ``comparison.csv`` / ``.md`` / ``.tex`` and ``figures/comparison`` under ``out_dir``.
+
+def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
+    """Aggregate runs (several communities, or one community under several targets) into
+    one table, one figure and their findings: each run's overall LR, OSR, IRR and PC and its
+    per-target rows; which differences between runs, and between targets within a run, are
+    larger than their intervals (``findings.across``).
+
+    Writes ``comparison.csv`` / ``.md`` / ``.tex``, ``findings.md`` and ``figures/comparison``
+    under ``out_dir``.
+    Returns:
+        The table and the findings.
     Raises:
-        FileNotFoundError: a run without ``metrics.csv``, naming it and the stage to rerun.
+        FileNotFoundError: a run without ``metrics.csv`` or ``judgements.jsonl``, naming it
+            and the stage to rerun.
     """
     import matplotlib.pyplot as plt
     import pandas as pd
 
+    from pbench import findings
     from pbench.figures import save
 
-    parts = []
-    for d in run_dirs:
-        path = Path(d) / "metrics.csv"
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: missing; run stage 05_scoring of {d} first")
-        long = pd.read_csv(path)
+    parts, rows = [], {}
+    for d, name in zip(run_dirs, run_names(run_dirs), strict=True):
+        for file in ("metrics.csv", "judgements.jsonl"):
+            if not (Path(d) / file).exists():
+                raise FileNotFoundError(f"{Path(d) / file}: missing; run stage 05_scoring of {d} first")
+        long = pd.read_csv(Path(d) / "metrics.csv")
         part = long[long["by"].isin(["all", "target"])].copy()
-        part.insert(0, "run", Path(d).name)
+        part.insert(0, "run", name)
         parts.append(part)
+        rows[name] = store.read_jsonl(Path(d) / "judgements.jsonl")
     long = pd.concat(parts, ignore_index=True)
     table = metrics.wide(long.assign(by=long["run"] + " · " + long["by"]))
     write_table(table, out_dir, "comparison")
+    found = findings.across(rows)
+    store.atomic_write_text(out_dir / "findings.md", "# Findings across runs\n\n" + findings.markdown(found))
     overall = long[(long["by"] == "all") & long["metric"].isin(RATE_METRICS)]
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(run_dirs), 3.6))
     runs = list(dict.fromkeys(overall["run"]))
@@ -297,6 +313,6 @@ def compare(run_dirs: list[Path], out_dir: Path) -> Any:
     ax.set_ylabel("% (95% interval)")
     ax.set_ylim(0, 105)
     ax.legend()
-    ax.set_title("runs compared")
+    ax.set_title("runs compared (95% intervals, secrets resampled; n under each run in comparison.md)", fontsize=10)
     save(fig, out_dir / "figures" / "comparison")
-    return table
+    return table, found

@@ -8,7 +8,7 @@
                                       judge any transcript file with the configured panel
     pbench batch FILE...              run several parameter files (each its own run folder)
     pbench compare RUN... [--output DIR]
-                                      one table and figure across finished runs
+                                      one table, figure and findings across finished runs
     pbench estimate FILE [--latency S] [--price MODEL=IN,OUT] [--against RUN]
                                       calls, tokens, time and cost of a run, before it starts
     pbench estimate --calibrate RUN [--output FILE]
@@ -139,15 +139,18 @@ def _batch(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from pbench import analysis
+    from pbench import analysis, findings
 
     try:
-        table = analysis.compare([Path(r) for r in args.runs], Path(args.output))
+        table, found = analysis.compare([Path(r) for r in args.runs], Path(args.output))
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(table.to_string())
-    print(f"written: {args.output}/comparison.{{csv,md,tex}}, {args.output}/figures/comparison.{{png,pdf}}")
+    print()
+    print(findings.markdown(found))
+    print(f"written: {args.output}/comparison.{{csv,md,tex}}, {args.output}/findings.md, "
+          f"{args.output}/figures/comparison.{{png,pdf}}")
     return 0
 
 

@@ -99,8 +99,9 @@ def _paper_text(metric: str) -> str:
     return f" Paper's Table 2 (mean of its 5 models, no intervals): {base:.2f}{unit} baseline, {aware:.2f}{unit} privacy-aware."
 
 
-def findings(rows: list[dict[str, Any]], seed: int = 0) -> list[Finding]:
-    """The run's findings from its judgement records (``judgements.jsonl``).
+def findings(rows: list[dict[str, Any]], seed: int = 0, cluster: metrics.Cluster = "secret") -> list[Finding]:
+    """The run's findings from its judgement records (``judgements.jsonl``); intervals
+    resample ``cluster`` (``metrics.rate``).
 
     Returns:
         Findings in the order to read them: overall figures, the prompt, defence, strategy
@@ -110,16 +111,16 @@ def findings(rows: list[dict[str, Any]], seed: int = 0) -> list[Finding]:
     """
     out: list[Finding] = []
     for m in ("LR", "OSR", "IRR", "PC"):
-        r = metrics.rate(m, rows, seed)
+        r = metrics.rate(m, rows, seed, cluster)
         unscored = f"; {r['unscored']} unscored, left out" if r["unscored"] else ""
         out.append(Finding("Overall", f"{NAMES[m]}: {figure(r)}{unscored}.{_paper_text(m)}", None, r))
     diffs = []
     for factor, title in (("prompt", "System prompt"), ("defence", "Defences"), ("strategy", "Strategies"),
                           ("target", "Targets")):
-        got = effects(rows, factor, seed)
+        got = effects(rows, factor, seed, cluster)
         out += [Finding(title, text, d["conclusive"], d) for text, d in got]
         diffs += [(factor, d) for _, d in got]
-    out += retrieval(rows, seed)
+    out += retrieval(rows, seed, cluster)
     out += limits(rows, diffs)
     return out
 
@@ -129,7 +130,8 @@ def _levels(rows: list[dict[str, Any]], factor: str) -> list[Any]:
     return sorted({r[factor] for r in rows}, key=lambda v: (v != first, str(v)))
 
 
-def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0) -> list[tuple[str, dict[str, Any]]]:
+def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
+            cluster: metrics.Cluster = "secret") -> list[tuple[str, dict[str, Any]]]:
     """Each level of ``factor`` against its first level (see ``findings``), per metric of
     ``COMPARED[factor]``: sentences with their ``metrics.difference``. The arms probe the
     same secrets, so the bootstrap is paired."""
@@ -139,7 +141,7 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0) -> list[tupl
         a = [r for r in rows if r[factor] == level]
         b = [r for r in rows if r[factor] == levels[0]]
         for m in COMPARED[factor]:
-            d = metrics.difference(m, a, b, seed)
+            d = metrics.difference(m, a, b, seed, cluster)
             if d["a"]["n"] == 0 or d["b"]["n"] == 0:
                 continue  # said once, in limits
             text = (f"{NAMES[m]}, {_label(level)} minus {_label(levels[0])}: {change(d)}, "
@@ -160,14 +162,14 @@ def _paper_change(factor: str, metric: str, a: Any, b: Any) -> float | None:
     return None
 
 
-def retrieval(rows: list[dict[str, Any]], seed: int = 0) -> list[Finding]:
+def retrieval(rows: list[dict[str, Any]], seed: int = 0, cluster: metrics.Cluster = "secret") -> list[Finding]:
     """Where the generator caught what the retriever exposed: the catch rate overall and
     per prompt (of the inappropriate-retrieval turns the judges scored, the share that did
     not leak), beside IRR and LR."""
     out = []
-    c = metrics.rate("catch_rate", rows, seed)
+    c = metrics.rate("catch_rate", rows, seed, cluster)
     if c["n"] == 0:
-        irr = metrics.rate("IRR", rows, seed)
+        irr = metrics.rate("IRR", rows, seed, cluster)
         what = ("no turn retrieved a secret-bearing document for someone who may not know it"
                 if irr["n"] else "no scored conversation with someone who may not know the secret")
         return [Finding("Retrieval and generation", f"Nothing to catch: {what}.", None, c)]
@@ -176,7 +178,7 @@ def retrieval(rows: list[dict[str, Any]], seed: int = 0) -> list[Finding]:
                        f"the secret in {figure(c)}: the gap between IRR and LR is the generator's doing, "
                        "and what it lets through is the retriever's exposure.", None, c))
     for prompt in _levels(rows, "prompt"):
-        r = metrics.rate("catch_rate", [x for x in rows if x["prompt"] == prompt], seed)
+        r = metrics.rate("catch_rate", [x for x in rows if x["prompt"] == prompt], seed, cluster)
         if r["n"]:
             out.append(Finding("Retrieval and generation", f"Catch rate with the {_label(prompt)} prompt: {figure(r)}.",
                                None, r))

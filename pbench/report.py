@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pbench import analysis, audit, metrics, store
+from pbench import analysis, audit, findings, metrics, store
 
 def attempt(markup: str, block: bool = False) -> str:
     """Mark what describes the attempt that made the report (the code's commit, each stage's
@@ -324,13 +324,14 @@ def _experiment_params(path: Path) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
-def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str]) -> Path:
+def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str], found: list[Any] | None = None) -> Path:
     """Write ``report.html`` from the run's records and the tables stage 06 computed.
 
     Args:
         run_dir: the run folder.
         tables: title to DataFrame, in the order to show.
         headline: metric name to its formatted figure.
+        found: the run's ``findings.findings``, shown under the headline.
     Returns:
         The report's path.
     """
@@ -354,6 +355,11 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str])
     warning = analysis.caution(judgements)
     if warning:
         body.append(f'<p class="caution">{html.escape(warning)}</p>')
+    if found:
+        body += ['<h2 id="findings">Findings</h2>',
+                 "<p>Sentences built from this run's numbers: each figure with its 95% interval and n; each "
+                 "comparison as a difference with its interval, in bold when the interval excludes no difference. "
+                 "The paper's Table 2 figures are the paper's, labelled so.</p>", findings.html(found)]
     body += ["<h2>Counts</h2>",
              "<p>What the figures rest on: conversations scored and unscored (by reason), the "
              "inappropriate-retrieval turns the judges could not score (left out of the catch rate), "

@@ -64,7 +64,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("05_scoring", reads=("seed", "models.judge", "judging"),
           outputs=("judgements.jsonl", "metrics.csv", "scoring.json"), partial=("judgements.jsonl",),
           reports=("scoring.json",)),
-    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures")),
+    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures", "findings.md")),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
 
@@ -452,7 +452,8 @@ class StageContext:
         return p
 
     def finish(self, **metrics: Any) -> dict[str, Any]:
-        """Record this stage's model usage and metrics for the manifest. Call in the last cell.
+        """Record this stage's model usage and metrics for the manifest. Call once everything the
+        stage writes is written (only its "What this shows" cell comes after).
 
         Args:
             metrics: stage figures worth keeping (e.g. calls per person), JSON-serialisable.

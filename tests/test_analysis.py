@@ -243,6 +243,10 @@ def test_compare_aggregates_runs_and_names_a_missing_stage(judged_run, tmp_path_
     table = (out / "comparison.md").read_text()
     assert f"{judged_run.name} · all" in table and "second · all" in table
     assert (out / "figures" / "comparison.png").stat().st_size > 5_000
+    printed = capsys.readouterr().out
+    found = (out / "findings.md").read_text()
+    assert "### Runs compared" in found and f"leakage rate (LR), {judged_run.name} minus second: +0.0 points" in found
+    assert "### What cannot be concluded" in found and found.split("\n\n", 1)[1].strip() in printed
     (other / "metrics.csv").unlink()
     assert cli.main(["compare", str(judged_run), str(other), "--output", str(out)]) == 2
     assert "run stage 05_scoring" in capsys.readouterr().err

@@ -124,6 +124,15 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     # 06: tables, figures and the self-contained report, from the records alone.
     assert (out / "tables" / "table2_metrics.tex").read_text().startswith("\\begin{tabular}")
     assert (out / "report.html").stat().st_size > 50_000 and (out / "figures" / "tradeoff.png").exists()
+    found = (out / "findings.md").read_text()  # the findings, built from this run's numbers
+    assert "### Overall" in found and "### What cannot be concluded" in found and "The run is small" in found
+    assert 'id="findings"' in (out / "report.html").read_text()
+    # Every notebook ends with "What this shows", computed and displayed, never an error.
+    for nb_path in sorted((out / "notebooks").glob("*.ipynb")):
+        last = json.loads(nb_path.read_text())["cells"][-1]
+        assert "narrate" in "".join(last["source"]) or "findings.markdown" in "".join(last["source"]), nb_path.name
+        assert [o["output_type"] for o in last["outputs"]] == ["execute_result"], nb_path.name
+        assert "text/markdown" in last["outputs"][0]["data"], nb_path.name
 
     # 07: the dev set judged by the configured panel, C.1 snippets, the human-label sheet.
     validation = json.loads((out / "validation.json").read_text())
