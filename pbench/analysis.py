@@ -104,7 +104,8 @@ def draw_tradeoff(long, path: Path | None = None):
             k = 2 * i + (prompt == "privacy_aware")
             x, y = x + 1.5 * (k % 3 - 1), y + 1.5 * (k // 3 - 1)
             ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=f"C{i}", capsize=3,
-                        label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')}")
+                        label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')} "
+                              f"(LR n={lr['n']:.0f}, OSR n={osr['n']:.0f})")
     ax.set_xlabel("over-secrecy rate, % (lower: more helpful)")
     ax.set_ylabel("leakage rate, % (lower: more private)")
     ax.set_xlim(-5, 105)
@@ -122,10 +123,13 @@ def draw_rounds(judgements: list[dict], max_rounds: int, path: Path | None = Non
 
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for i, strategy in enumerate(sorted({r["strategy"] for r in judgements})):
-        df = metrics.first_leak_rounds([r for r in judgements if r["strategy"] == strategy], max_rounds)
-        ax.step(df["round"], 100 * df["cumulative_LR"].fillna(0), where="post", color=f"C{i}", label=strategy)
-    ax.set_xlabel("round")
-    ax.set_ylabel("cumulative leakage rate, %")
+        part = [r for r in judgements if r["strategy"] == strategy]
+        df = metrics.first_leak_rounds(part, max_rounds)
+        n = sum(not r["authorised"] and r["verdict"] != "unscored" for r in part)
+        ax.step(df["round"], 100 * df["cumulative_LR"].fillna(0), where="post", color=f"C{i}",
+                label=f"{strategy} (n={n} conversations)")
+    ax.set_xlabel("round of the conversation")
+    ax.set_ylabel("cumulative leakage rate, % of conversations")
     ax.set_xticks(range(1, max_rounds + 1))
     ax.set_ylim(0, 105)
     ax.legend()
@@ -145,8 +149,12 @@ def draw_irr_lr(long, path: Path | None = None):
         g = g.set_index("metric")
         if g.loc["IRR", "n"] == 0 or g.loc["LR", "n"] == 0:
             continue
-        ax.scatter(100 * g.loc["IRR", "value"], 100 * g.loc["LR", "value"], color=f"C{i}", s=60,
-                   label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')}")
+        irr, lr = g.loc["IRR"], g.loc["LR"]
+        x, y = 100 * irr["value"], 100 * lr["value"]
+        ax.errorbar(x, y, xerr=[[x - 100 * irr["lo"]], [100 * irr["hi"] - x]],
+                    yerr=[[y - 100 * lr["lo"]], [100 * lr["hi"] - y]], fmt="o", color=f"C{i}", capsize=3,
+                    label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')} "
+                          f"(IRR {irr['count']:.0f}/{irr['n']:.0f} turns, LR {lr['count']:.0f}/{lr['n']:.0f})")
     ax.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
     ax.text(60, 50, "leaks = inappropriate retrievals", rotation=38, color="grey", fontsize=7)
     ax.set_xlabel("inappropriate retrieval rate, % of turns")
@@ -154,7 +162,7 @@ def draw_irr_lr(long, path: Path | None = None):
     ax.set_xlim(-5, 105)
     ax.set_ylim(-5, 105)
     ax.legend(fontsize=7)
-    ax.set_title("retrieval exposes, generation leaks")
+    ax.set_title("retrieval exposes, generation leaks (95% intervals)")
     return save(fig, path)
 
 
@@ -309,7 +317,8 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
             x = i + (j - 1) * width
             ax.bar(x, v, width, color=f"C{j}", label=m if i == 0 else None)
             ax.errorbar(x, v, yerr=[[v - lo], [hi - v]], color="black", capsize=3, lw=1)
-    ax.set_xticks(range(len(runs)), runs)
+    n = {r: overall[(overall["run"] == r) & (overall["metric"] == "LR")]["n"].sum() for r in runs}
+    ax.set_xticks(range(len(runs)), [f"{r}\n(LR n={n[r]:.0f})" for r in runs])
     ax.set_ylabel("% (95% interval)")
     ax.set_ylim(0, 105)
     ax.legend()

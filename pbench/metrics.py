@@ -253,9 +253,11 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
                 v, lo, hi = (100 * r[c].iloc[0] for c in ("value", "lo", "hi"))
                 ax.bar(x, v, width, color=f"C{j}", label=h if i == 0 else None)
                 ax.errorbar(x, v, yerr=[[v - lo], [hi - v]], color="black", capsize=3, lw=1)
+                ax.text(x, min(hi, 100) + 1.5, f"{r['count'].iloc[0]:.0f}/{r['n'].iloc[0]:.0f}", ha="center",
+                        va="bottom", fontsize=7)
         ax.set_xticks(range(len(levels)), [str(lev).replace("_", " ") for lev in levels], rotation=15)
-        ax.set_title(m)
-        ax.set_ylim(0, 105)
+        ax.set_title(f"{m}, % of {'turns' if m == 'IRR' else 'conversations'} (count/n above each bar)", fontsize=9)
+        ax.set_ylim(0, 112)
     axes[0][0].set_ylabel("% (95% cluster-bootstrap interval)")
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=len(hues), frameon=False)
     return save(fig, path, rect=(0, 0, 1, 0.9))
