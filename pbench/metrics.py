@@ -256,6 +256,9 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
                 ax.text(x, min(hi, 100) + 1.5, f"{r['count'].iloc[0]:.0f}/{r['n'].iloc[0]:.0f}", ha="center",
                         va="bottom", fontsize=7)
         ax.set_xticks(range(len(levels)), [str(lev).replace("_", " ") for lev in levels], rotation=15)
+        # Every panel spans every stratum, so an empty one's label stays inside its own panel
+        # (text is not clipped: autoscaled to the bars alone, it landed in the next panel).
+        ax.set_xlim(-0.5, len(levels) - 0.5)
         ax.set_title(f"{m}, % of {'turns' if m == 'IRR' else 'conversations'} (count/n above each bar)", fontsize=9)
         ax.set_ylim(0, 112)
     axes[0][0].set_ylabel("% (95% cluster-bootstrap interval)")

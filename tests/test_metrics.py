@@ -168,3 +168,28 @@ def test_two_secrets_are_never_narrower_than_wilson_at_the_effective_n():
     wl, wh = metrics.wilson(13 / 16 * n_eff, n_eff)
     assert lo <= wl + 1e-12 and hi >= wh - 1e-12
     assert hi - lo > 0.2
+
+
+def test_an_empty_strata_label_stays_in_its_own_panel():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    def row(metric, prompt, n, unscored=0):
+        return {"by": "defence+prompt", "stratum": f"none/{prompt}", "defence": "none", "prompt": prompt,
+                "metric": metric, "value": 0.0 if n else math.nan, "lo": 0.0, "hi": 0.6, "count": 0, "n": n,
+                "unscored": unscored, "secrets": 2}
+
+    long = pd.DataFrame([row("LR", "baseline", 4), row("LR", "privacy_aware", 4), row("OSR", "baseline", 1),
+                         row("OSR", "privacy_aware", 0, unscored=1), row("IRR", "baseline", 8),
+                         row("IRR", "privacy_aware", 8)])
+    fig = metrics.draw_rates(long)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        left, right = ax.get_window_extent().x0, ax.get_window_extent().x1
+        for t in ax.texts:
+            box = t.get_window_extent()
+            assert left <= box.x0 and box.x1 <= right, (ax.get_title(), t.get_text())
+    osr = next(ax for ax in fig.axes if ax.get_title().startswith("OSR"))
+    assert "all 1 unscored" in [t.get_text() for t in osr.texts]
