@@ -100,9 +100,7 @@ def draw_tradeoff(long, path: Path | None = None):
             x, y = 100 * osr["value"], 100 * lr["value"]
             xerr = [[x - 100 * osr["lo"]], [100 * osr["hi"] - x]]
             yerr = [[y - 100 * lr["lo"]], [100 * lr["hi"] - y]]
-            # Equal points would hide each other: shift each a little, in a fixed pattern.
-            k = 2 * i + (prompt == "privacy_aware")
-            x, y = x + 1.5 * (k % 3 - 1), y + 1.5 * (k // 3 - 1)
+            x, y = nudge(x, y, 2 * i + (prompt == "privacy_aware"))
             ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=f"C{i}", capsize=3,
                         label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')} "
                               f"(LR n={lr['n']:.0f}, OSR n={osr['n']:.0f})")
@@ -113,6 +111,12 @@ def draw_tradeoff(long, path: Path | None = None):
     ax.set_title("privacy-utility trade-off per defence\n(points shifted slightly so equal ones stay visible)", fontsize=10)
     ax.legend(fontsize=7, loc="upper right")
     return save(fig, path)
+
+
+def nudge(x: float, y: float, k: int) -> tuple[float, float]:
+    """The ``k``-th point of a plot shifted a little, in a fixed pattern, so that equal
+    points do not hide each other (by at most 1.5 points on a 0-100 axis)."""
+    return x + 1.5 * (k % 3 - 1), y + 1.5 * (k // 3 - 1)
 
 
 def draw_rounds(judgements: list[dict], max_rounds: int, path: Path | None = None):
@@ -126,12 +130,13 @@ def draw_rounds(judgements: list[dict], max_rounds: int, path: Path | None = Non
         part = [r for r in judgements if r["strategy"] == strategy]
         df = metrics.first_leak_rounds(part, max_rounds)
         n = sum(not r["authorised"] and r["verdict"] != "unscored" for r in part)
+        # Dashes per strategy: equal curves (all at 0% in a small run) stay visible.
         ax.step(df["round"], 100 * df["cumulative_LR"].fillna(0), where="post", color=f"C{i}",
-                label=f"{strategy} (n={n} conversations)")
+                ls=("-", "--", ":", "-.")[i % 4], lw=1.8, label=f"{strategy} (n={n} conversations)")
     ax.set_xlabel("round of the conversation")
     ax.set_ylabel("cumulative leakage rate, % of conversations")
     ax.set_xticks(range(1, max_rounds + 1))
-    ax.set_ylim(0, 105)
+    ax.set_ylim(-3, 105)  # a curve at 0% stays above the axis
     ax.legend()
     ax.set_title("when secrets leak")
     return save(fig, path)
@@ -151,8 +156,9 @@ def draw_irr_lr(long, path: Path | None = None):
             continue
         irr, lr = g.loc["IRR"], g.loc["LR"]
         x, y = 100 * irr["value"], 100 * lr["value"]
-        ax.errorbar(x, y, xerr=[[x - 100 * irr["lo"]], [100 * irr["hi"] - x]],
-                    yerr=[[y - 100 * lr["lo"]], [100 * lr["hi"] - y]], fmt="o", color=f"C{i}", capsize=3,
+        xerr, yerr = [[x - 100 * irr["lo"]], [100 * irr["hi"] - x]], [[y - 100 * lr["lo"]], [100 * lr["hi"] - y]]
+        x, y = nudge(x, y, i)
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=f"C{i}", capsize=3,
                     label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')} "
                           f"(IRR {irr['count']:.0f}/{irr['n']:.0f} turns, LR {lr['count']:.0f}/{lr['n']:.0f})")
     ax.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
@@ -162,7 +168,8 @@ def draw_irr_lr(long, path: Path | None = None):
     ax.set_xlim(-5, 105)
     ax.set_ylim(-5, 105)
     ax.legend(fontsize=7)
-    ax.set_title("retrieval exposes, generation leaks (95% intervals)")
+    ax.set_title("retrieval exposes, generation leaks (95% intervals)\n"
+                 "(points shifted slightly so equal ones stay visible)", fontsize=10)
     return save(fig, path)
 
 
@@ -184,11 +191,13 @@ def draw_breakdowns(long, path: Path | None = None):
             hi.append(100 * (r["hi"] - r["value"]) if ok else 0)
         ax.bar(range(len(vals)), vals, color="C3")
         ax.errorbar(range(len(vals)), vals, yerr=[lo, hi], fmt="none", color="black", capsize=3)
-        for x, (v, (_, r)) in enumerate(zip(vals, g.iterrows(), strict=True)):  # a zero bar still says so
-            ax.text(x, v + 2, f"{v:.0f}%" if r["n"] else metrics.empty(r), ha="center", fontsize=8)
+        for x, (v, h, (_, r)) in enumerate(zip(vals, hi, g.iterrows(), strict=True)):  # a zero bar still says so
+            ax.text(x, min(v + h, 100) + 1.5, f"{r['count']:.0f}/{r['n']:.0f}" if r["n"] else metrics.empty(r),
+                    ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(vals)), labels, fontsize=8)
-        ax.set_title(f"leakage rate by {by} (95% interval, secrets resampled)")
-        ax.set_ylim(0, 105)
+        ax.set_title(f"leakage rate by {by}, % of conversations\n"
+                     "(95% interval, secrets resampled; count/n above each bar)", fontsize=10)
+        ax.set_ylim(0, 112)
     axes[0].set_ylabel("LR, %")
     return save(fig, path)
 
