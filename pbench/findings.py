@@ -207,11 +207,8 @@ def limits(rows: list[dict[str, Any]], diffs: list[tuple[str, dict[str, Any]]],
         why = ", ".join(f"{v} {k}" for k, v in sorted(reasons.items()))
         out.append(Finding(section, f"{len(unscored)} of {len(rows)} conversations could not be scored ({why}); "
                                     "they are in no rate, and the rates hold only if they would have scored alike."))
-    open_ = [(f, d) for f, d in diffs if not d["conclusive"]]
-    if open_:
-        named = "; ".join(f"{f} on {d['metric']}" for f, d in open_)
-        out.append(Finding(section, f"{len(open_)} of {len(diffs)} comparisons have intervals that include no "
-                                    f"difference ({named}): none of them supports a claim either way."))
+    if undecided := _undecided(diffs, ": none of them supports a claim either way."):
+        out.append(undecided)
     elif diffs:
         out.append(Finding(section, f"Every one of the {len(diffs)} comparisons is larger than its interval."))
     for factor in COMPARED:
@@ -225,6 +222,17 @@ def limits(rows: list[dict[str, Any]], diffs: list[tuple[str, dict[str, Any]]],
                 out.append(Finding(section, f"{NAMES[m]} with {factor} {_label(level)}: {metrics.empty(r)}, "
                                             "so no comparison on it."))
     return out
+
+
+def _undecided(diffs: list[tuple[str, dict[str, Any]]], tail: str) -> Finding | None:
+    """The comparisons among ``diffs`` (what was compared, ``metrics.difference``) whose
+    interval includes no difference, named in one finding ending with ``tail``; None if none."""
+    open_ = [(what, d) for what, d in diffs if not d["conclusive"]]
+    if not open_:
+        return None
+    named = "; ".join(f"{what} on {d['metric']}" for what, d in open_)
+    return Finding("What cannot be concluded", f"{len(open_)} of {len(diffs)} comparisons have intervals that "
+                                               f"include no difference ({named}){tail}")
 
 
 def across(runs: dict[str, list[dict[str, Any]]], seed: int = 0) -> list[Finding]:
@@ -255,11 +263,8 @@ def across(runs: dict[str, list[dict[str, Any]]], seed: int = 0) -> list[Finding
         if len(scored) < 30 or k < 10:
             out.append(Finding(section, f"{name} is small ({len(scored)} scored conversations, {k} secrets): "
                                         "its intervals are wide."))
-    open_ = [(w, d) for w, d in diffs if not d["conclusive"]]
-    if open_:
-        named = "; ".join(f"{w} on {d['metric']}" for w, d in open_)
-        out.append(Finding(section, f"{len(open_)} of {len(diffs)} comparisons have intervals that include no "
-                                    f"difference ({named})."))
+    if undecided := _undecided(diffs, "."):
+        out.append(undecided)
     if len(runs) < 2 and not diffs:
         out.append(Finding(section, "One run and one target: nothing to compare."))
     return out
