@@ -175,8 +175,9 @@ def retrieval(rows: list[dict[str, Any]], seed: int = 0, cluster: metrics.Cluste
         return [Finding("Retrieval and generation", f"Nothing to catch: {what}.", None, c)]
     out.append(Finding("Retrieval and generation",
                        f"Of the turns that retrieved a secret for someone who may not know it, the generator kept "
-                       f"the secret in {figure(c)}: the gap between IRR and LR is the generator's doing, "
-                       "and what it lets through is the retriever's exposure.", None, c))
+                       f"the secret out of its reply in {figure(c)} (the catch rate). In those turns retrieval had "
+                       "already put the secret before the model: the gap between IRR and LR is what generation "
+                       "caught, and a leak needs both.", None, c))
     for prompt in _levels(rows, "prompt"):
         r = metrics.rate("catch_rate", [x for x in rows if x["prompt"] == prompt], seed, cluster)
         if r["n"]:

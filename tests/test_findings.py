@@ -86,7 +86,7 @@ def test_findings_say_what_a_small_run_cannot_conclude():
 def test_catch_rate_is_stated_where_retrieval_exposed_a_secret():
     rows = arms(1, 3, secrets=10)  # every turn retrieved the secret; 4 secrets x 2 leak
     found = [f for f in findings.findings(rows) if f.section == "Retrieval and generation"]
-    assert "the generator kept the secret in 80.0%" in found[0].text and "(32/40 turns" in found[0].text
+    assert "the generator kept the secret out of its reply in 80.0%" in found[0].text and "(32/40 turns" in found[0].text
     assert any("privacy-aware prompt: 90.0%" in f.text for f in found)
 
 
