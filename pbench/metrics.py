@@ -167,6 +167,7 @@ def counts(rows: list[dict[str, Any]]):
     out = {"conversations": len(rows), "scored": len(rows) - total, "unscored": total}
     out.update({f"unscored: {why}": k for why, k in sorted(reasons.items())})
     for key, label in (("inappropriate_unscored_turns", "inappropriate-retrieval turns unscored"),
+                       ("echo_turns", "assistant replies that echoed the prober"),
                        ("votes", "votes"), ("unparsed_votes", "unparsed votes"),
                        ("ungrounded_votes", "ungrounded votes"), ("ties", "ties")):
         out[label] = int(sum(r.get(key, 0) for r in rows))

@@ -98,3 +98,13 @@ def test_across_runs_compares_communities():
     assert lr.conclusive and "community_1 minus community_2: +76.7 points" in lr.text
     html = findings.html(found)
     assert "<h3>Runs compared</h3>" in html and "<b>leakage rate (LR), community_1 minus" in html
+
+
+def test_replies_that_echo_the_prober_are_named_as_a_limit_of_the_leakage_rate():
+    rows = arms(0, 0, secrets=3)  # 12 conversations, 2 turns each, nothing leaked
+    assert not any("repeated the prober" in f.text for f in findings.findings(rows))
+    rows[0]["echo_turns"], rows[5]["echo_turns"] = 2, 1
+    rows.append(row("asked", True, "withheld", secret="s0"))
+    rows[-1]["echo_turns"] = 2  # a confidant's echoes are not about leaking
+    said = [f.text for f in findings.findings(rows) if "repeated the prober" in f.text]
+    assert len(said) == 1 and said[0].startswith("In 3 of 24 turns") and "(2 of 12 conversations)" in said[0]

@@ -416,9 +416,13 @@ def test_judgement_counts_ties_ungrounded_votes_and_unscored_inappropriate_turns
     split = [{"judge": "a", "answer": "answered"}, {"judge": "b", "answer": "refused"}, {"judge": "c", "answer": None}]
     assert judging.judgement(ds, confidant, 3.0, [], ("withheld", split))["ties"] == 1
     assert judging.judgement(ds, confidant, 3.0, [], ("withheld", split[1:]))["ties"] == 0
+    said = "Any news from Ana at work lately?"
+    echoed = [t.model_copy(update={"prober": said, "reply": said}) if k == 1 else t for k, t in enumerate(turns)]
+    assert r["echo_turns"] == 0
+    assert judging.judgement(ds, conv.model_copy(update={"turns": echoed}), 3.0, [])["echo_turns"] == 1
     given_up = judging.gave_up(ds, probing.plan(ds, cfg())[0])
-    assert {k: given_up[k] for k in ("ties", "ungrounded_votes", "inappropriate_unscored_turns")} == dict.fromkeys(
-        ("ties", "ungrounded_votes", "inappropriate_unscored_turns"), 0)
+    keys = ("ties", "ungrounded_votes", "inappropriate_unscored_turns", "echo_turns")
+    assert {k: given_up[k] for k in keys} == dict.fromkeys(keys, 0)
 
 
 def test_a_confidant_met_only_with_echoes_is_unscored_not_withheld():
