@@ -174,8 +174,8 @@ def retrieval(rows: list[dict[str, Any]], seed: int = 0, cluster: metrics.Cluste
                 if irr["n"] else "no scored conversation with someone who may not know the secret")
         return [Finding("Retrieval and generation", f"Nothing to catch: {what}.", None, c)]
     out.append(Finding("Retrieval and generation",
-                       f"Of the turns that retrieved a secret for someone who may not know it, the generator kept "
-                       f"the secret out of its reply in {figure(c)} (the catch rate). In those turns retrieval had "
+                       f"Catch rate: of the turns that retrieved a secret for someone who may not know it, the "
+                       f"generator kept the secret out of its reply in {figure(c)}. In those turns retrieval had "
                        "already put the secret before the model: the gap between IRR and LR is what generation "
                        "caught, and a leak needs both.", None, c))
     for prompt in _levels(rows, "prompt"):
