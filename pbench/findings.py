@@ -75,8 +75,8 @@ def change(d: dict[str, Any]) -> str:
 
 def _verdict(d: dict[str, Any]) -> str:
     if d["conclusive"]:
-        return "larger than its interval: the run tells the two apart"
-    return "its interval includes no difference: the run cannot tell the two apart"
+        return "larger than its interval: the data tell the two apart"
+    return "its interval includes no difference: the data cannot tell the two apart"
 
 
 def _label(level: Any) -> str:

@@ -63,7 +63,7 @@ def test_findings_state_the_prompt_effect_from_the_numbers():
     prompt = [f for f in found if f.section == "System prompt" and f.data["metric"] == "LR"]
     assert len(prompt) == 1 and prompt[0].conclusive
     assert "privacy-aware minus baseline: -70.0 points" in prompt[0].text
-    assert "tells the two apart" in prompt[0].text and "Paper's Table 2: -10.68 points" in prompt[0].text
+    assert "the data tell the two apart" in prompt[0].text and "Paper's Table 2: -10.68 points" in prompt[0].text
     overall = next(f for f in found if f.section == "Overall" and f.data["metric"] == "LR")
     assert "64/160 conversations, 40 secrets" in overall.text and "Paper's Table 2" in overall.text
     md = findings.markdown(found)
