@@ -265,8 +265,9 @@ def caution(judgements: list[dict], conversations: int = 30, secrets: int = 10) 
     n, k = len(scored), len({r["secret_id"] for r in scored})
     if n >= conversations and k >= secrets:
         return ""
+    # Not "nothing is conclusive": a large enough difference shows even here (Findings say which).
     return (f"few conversations ({n} scored, {k} secret{'s' if k != 1 else ''}): intervals are wide; "
-            "no difference here is conclusive")
+            "only a large difference can show (Findings name any)")
 
 
 # --------------------------------------------------------------------------- several runs

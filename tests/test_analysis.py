@@ -49,7 +49,7 @@ def test_headline_has_intervals_counts_secrets_and_a_small_run_warning():
     assert h["persona consistency"].startswith("3.00 / 5 [") and h["persona consistency"].endswith(
         "] (8 conversations, 3 secrets; 1 unscored)")
     assert analysis.caution(rows) == ("few conversations (8 scored, 3 secrets): intervals are wide; "
-                                      "no difference here is conclusive")
+                                      "only a large difference can show (Findings name any)")
     many = [row(str(i), False, "no_leak", secret=f"s{i % 10}") for i in range(30)]
     assert analysis.caution(many) == "" and analysis.caution(many[:29]).startswith("few conversations (29 scored")
 
