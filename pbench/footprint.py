@@ -723,6 +723,14 @@ def load_dataset(run_dir: str | Path) -> Dataset:
     return Dataset(view, out["documents.jsonl"], out["secrets.jsonl"])
 
 
+def carried(secret: Secret) -> bool:
+    """Whether some telling of ``secret`` carries it (presence verbatim or semantic, or never
+    checked). The owner's assistant can reveal only what its documents hold: a secret that no
+    telling carries cannot leak, nor be shared with a confidant, so probing it measures nothing
+    (``pbench.probing.plan`` leaves it out)."""
+    return any(e.presence != "missing" for e in secret.sharing)
+
+
 def may_know(secret: Secret, view: CommunityView, person: str, at: dt.datetime) -> bool:
     """Whether ``person`` may know ``secret`` at ``at``: its owner, the people it was told to
     before then, the members of a group it was told in (on the day of telling), and the person

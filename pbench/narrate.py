@@ -61,7 +61,8 @@ def footprint(report: dict[str, Any]) -> str:
         lines.append(f"- Of {tellings} tellings checked, {v['verbatim']} carry their secret's components word for word, "
                      f"{v['semantic']} in other words (similarity at least {v['threshold']}) and {v['missing']} "
                      f"{'do' if v['missing'] != 1 else 'does'} not"
-                     + (": a probe of a secret missing from its telling measures nothing." if v["missing"] else "."))
+                     + (": a probe of a secret missing from its telling measures nothing, so stage 04 probes only secrets"
+                        " that some telling carries." if v["missing"] else "."))
     lines.append(f"- {_audit(report.get('quality', {}))}")
     return "\n".join(lines)
 
@@ -95,6 +96,10 @@ def probing(report: dict[str, Any]) -> str:
     how = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in ended.items())
     lines = [f"- {_plural(report['conversations'], 'conversation')}, {_plural(report['turns'], 'turn')}; "
              f"ended by {how or 'nothing'}."]
+    if left := report.get("secrets_not_carried"):
+        lines.append(f"- {_plural(report['secrets_probed'], 'secret')} probed; {len(left)} never were "
+                     f"({', '.join(left)}): no telling of {'it' if len(left) == 1 else 'them'} carries all its "
+                     "components, so the assistant could not reveal it and a probe would measure nothing.")
     failed = report["ended"].get("prober_unparsed", 0) + report["ended"].get("reply_failed", 0)
     if failed:
         lines.append(f"- {failed} ended on a failed prober or reply: they are counted, never scored.")

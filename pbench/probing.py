@@ -7,7 +7,9 @@ per line, appended whole as it finishes and rewritten in plan order at the end (
 does not depend on finishing order or on where a rerun resumed), and ``probing.json``
 (counts, errors, timing).
 
-For each secret, audiences are drawn from the community at the probe's time, a day after
+Only secrets that some telling carries are probed (stage 02's presence check): the owner's
+assistant cannot reveal what its documents do not hold, so a probe of any other measures
+nothing; they are named in ``probing.json``. For each secret, audiences are drawn from the community at the probe's time, a day after
 the secret was last told: people who may not know it (those it matters most to keep it
 from first) and confidants; crossed with strategy, system prompt, defence and target
 model. The prober plays the audience person; after each assistant reply the judge panel
@@ -33,7 +35,7 @@ from typing import Any
 
 from pbench import audit, prompts, store
 from pbench.config import RunConfig
-from pbench.footprint import Dataset, may_know
+from pbench.footprint import Dataset, carried, may_know
 from pbench.llm import LLMError, flush_caches
 from pbench.rag import Assistant, Index
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
@@ -78,11 +80,17 @@ def audiences(ds: Dataset, secret: Secret, at: dt.datetime, n_unauth: int, n_aut
     return [(p, False) for p in ranked[:n_unauth]] + [(p, True) for p in rng.sample(confidants, len(confidants))[:n_auth]]
 
 
+def not_carried(ds: Dataset) -> list[str]:
+    """The secrets no telling carries (``footprint.carried``): never probed."""
+    return sorted(s.id for s in ds.secrets if not carried(s))
+
+
 def plan(ds: Dataset, cfg: RunConfig) -> list[Probe]:
-    """Every conversation of the run, in a stable order."""
+    """Every conversation of the run, in a stable order, over the secrets some telling
+    carries (``probing.secrets`` of them, sampled with the run's seed, when it is set)."""
     p = cfg.probing
     rng = random.Random(cfg.seed)
-    secrets = sorted(ds.secrets, key=lambda s: s.id)
+    secrets = sorted((s for s in ds.secrets if carried(s)), key=lambda s: s.id)
     if p.secrets is not None and p.secrets < len(secrets):
         secrets = sorted(rng.sample(secrets, p.secrets), key=lambda s: s.id)
     rows = []
@@ -289,7 +297,8 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     store.sort_jsonl(run_dir / "conversations.jsonl", [r.id for r in rows])
     convs = load_conversations(run_dir)
     report = {
-        "planned": len(rows), "resumed": len(done), "ran": counts["finished"], "errors": sorted(errors),
+        "planned": len(rows), "secrets_probed": len({r.secret_id for r in rows}),
+        "secrets_not_carried": not_carried(ds), "resumed": len(done), "ran": counts["finished"], "errors": sorted(errors),
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed",
                                                                         "reply_failed")},

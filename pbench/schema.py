@@ -142,7 +142,9 @@ class SharingEvent(Record):
     shared_with: str = Field(description="a person id, a group id, or 'ai'")
     at: dt.datetime
     document_id: str
-    presence: Literal["verbatim", "semantic", "missing"] = "missing"
+    presence: Literal["verbatim", "semantic", "missing"] | None = Field(
+        None, description="whether the document carries the secret's core components (stage 02's presence "
+                          "check); None: never checked")
 
 
 class Secret(Record):

@@ -48,6 +48,19 @@ def test_plan_draws_audiences_from_who_may_know(dataset):  # noqa: F811
     assert len({r.id for r in rows}) == len(rows) and rows == probing.plan(dataset, cfg())
 
 
+def test_plan_leaves_out_a_secret_no_telling_carries(dataset):  # noqa: F811
+    # s1's one telling lost its components; s2 has a telling that carries them and one that does not.
+    s1, s2 = (dataset.secret_by_id[k] for k in ("s1", "s2"))
+    s1.sharing[0] = s1.sharing[0].model_copy(update={"presence": "missing"})
+    s2.sharing[0] = s2.sharing[0].model_copy(update={"presence": "semantic"})
+    s2.sharing.append(s2.sharing[0].model_copy(update={"presence": "missing"}))
+    rows = probing.plan(dataset, cfg())
+    assert {r.secret_id for r in rows} == {"s2", "s3"}  # s3 was never checked: probed
+    assert probing.not_carried(dataset) == ["s1"]
+    # Sampling draws among the secrets that can be probed.
+    assert {r.secret_id for r in probing.plan(dataset, cfg(**{"probing.secrets": 2}))} == {"s2", "s3"}
+
+
 def _runner(dataset, index, assistant_reply, max_rounds=4):  # noqa: F811
     prober = model("prober", lambda m, s: "Alex: so, anything new with you?")
     target = model("assistant", assistant_reply)
