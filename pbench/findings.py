@@ -206,8 +206,9 @@ def limits(rows: list[dict[str, Any]], diffs: list[tuple[str, dict[str, Any]]],
             why = r.get("unscored_reason") or "unscored"
             reasons[why] = reasons.get(why, 0) + 1
         why = ", ".join(f"{v} {k}" for k, v in sorted(reasons.items()))
+        it = ("it is", "it") if len(unscored) == 1 else ("they are", "they")
         out.append(Finding(section, f"{len(unscored)} of {len(rows)} conversations could not be scored ({why}); "
-                                    "they are in no rate, and the rates hold only if they would have scored alike."))
+                                    f"{it[0]} in no rate, and the rates hold only if {it[1]} would have scored alike."))
     asked = [r for r in scored if not r["authorised"]]
     turns, echoes = sum(r["turns"] for r in asked), sum(r.get("echo_turns", 0) for r in asked)
     if echoes:
