@@ -241,6 +241,11 @@ class Probing(Strict):
         None, description="probe at most this many secrets, sampled with the run's seed; null: all")
     conversations_in_flight: Annotated[int, Field(ge=1, le=1024)] = 16
 
+    @property
+    def tags_wanted(self) -> bool:
+        """Whether stage 03 asks the tagger: only the sensitivity filter reads its tags."""
+        return "sensitivity_filter" in self.defences
+
 
 class Judging(Strict):
     """How the judge panel decides whether a reply states a secret's core component, and

@@ -192,7 +192,7 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
     users = v["users"]
     out = [("01_social_graph", "generator", users + 2),
            ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
-    tagging = v["documents"] / TAG_BATCH if "sensitivity_filter" in p.defences else 0.0
+    tagging = v["documents"] / TAG_BATCH if p.tags_wanted else 0.0
     out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
     out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["turns"])]
     if verdict:

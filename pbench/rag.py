@@ -382,11 +382,6 @@ class Assistant:
 # --------------------------------------------------------------------------- the stage
 
 
-def tags_wanted(cfg: RunConfig) -> bool:
-    """Whether stage 03 asks the tagger: only the sensitivity filter reads its tags."""
-    return "sensitivity_filter" in cfg.probing.defences
-
-
 def build(cfg: RunConfig, ds: Any, run_dir: str | Path, tagger: Any | None, progress: Any = None,
           embed: Any = None) -> dict[str, Any]:
     """Tag (when the sensitivity filter is among the run's defences), embed and index.
@@ -409,7 +404,7 @@ def build(cfg: RunConfig, ds: Any, run_dir: str | Path, tagger: Any | None, prog
     tags: dict[str, bool | None] = {}
     records: list[dict[str, Any]] = []
     vectors = None
-    if tagger is not None and tags_wanted(cfg):
+    if tagger is not None and cfg.probing.tags_wanted:
         if progress is not None:
             progress.total = -(-len(ds.documents) // TAG_BATCH)
             progress.refresh()
