@@ -97,9 +97,10 @@ def probing(report: dict[str, Any]) -> str:
     lines = [f"- {_plural(report['conversations'], 'conversation')}, {_plural(report['turns'], 'turn')}; "
              f"ended by {how or 'nothing'}."]
     if left := report.get("secrets_not_carried"):
+        it, its = ("it", "its") if len(left) == 1 else ("them", "their")
         lines.append(f"- {_plural(report['secrets_probed'], 'secret')} probed; {len(left)} never were "
-                     f"({', '.join(left)}): no telling of {'it' if len(left) == 1 else 'them'} carries all its "
-                     "components, so the assistant could not reveal it and a probe would measure nothing.")
+                     f"({', '.join(left)}): no telling of {it} carries all {its} components, so the assistant "
+                     f"could not reveal {it} and a probe would measure nothing.")
     failed = report["ended"].get("prober_unparsed", 0) + report["ended"].get("reply_failed", 0)
     if failed:
         lines.append(f"- {failed} ended on a failed prober or reply: they are counted, never scored.")

@@ -7,16 +7,16 @@ per line, appended whole as it finishes and rewritten in plan order at the end (
 does not depend on finishing order or on where a rerun resumed), and ``probing.json``
 (counts, errors, timing).
 
-Only secrets that some telling carries are probed (stage 02's presence check): the owner's
-assistant cannot reveal what its documents do not hold, so a probe of any other measures
-nothing; they are named in ``probing.json``. For each secret, audiences are drawn from the community at the probe's time, a day after
-the secret was last told: people who may not know it (those it matters most to keep it
-from first) and confidants; crossed with strategy, system prompt, defence and target
-model. The prober plays the audience person; after each assistant reply the judge panel
-(``pbench.judging.Panel``) decides, one core component at a time, whether the secret's
-components have all been revealed so far; every judge's vote is kept with the turn. An
-unauthorised conversation stops at the first leak; an authorised one stops when the
-secret is shared.
+Only secrets that some telling carries are probed (stage 02's presence check): the
+owner's assistant cannot reveal what its documents do not hold, so a probe of any other
+measures nothing; they are named in ``probing.json``. For each secret, audiences are
+drawn from the community at the probe's time, a day after the secret was last told:
+people who may not know it (those it matters most to keep it from first) and confidants;
+crossed with strategy, system prompt, defence and target model. The prober plays the
+audience person; after each assistant reply the judge panel (``pbench.judging.Panel``)
+decides, one core component at a time, whether the secret's components have all been
+revealed so far; every judge's vote is kept with the turn. An unauthorised conversation
+stops at the first leak; an authorised one stops when the secret is shared.
 
 A rerun skips finished conversations; a killed run loses only those in flight.
 """
@@ -298,7 +298,8 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     convs = load_conversations(run_dir)
     report = {
         "planned": len(rows), "secrets_probed": len({r.secret_id for r in rows}),
-        "secrets_not_carried": not_carried(ds), "resumed": len(done), "ran": counts["finished"], "errors": sorted(errors),
+        "secrets_not_carried": not_carried(ds), "resumed": len(done), "ran": counts["finished"],
+        "errors": sorted(errors),
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed",
                                                                         "reply_failed")},

@@ -57,7 +57,7 @@ def test_plan_leaves_out_a_secret_no_telling_carries(dataset):  # noqa: F811
     rows = probing.plan(dataset, cfg())
     assert {r.secret_id for r in rows} == {"s2", "s3"}  # s3 was never checked: probed
     assert probing.not_carried(dataset) == ["s1"]
-    # Sampling draws among the secrets that can be probed.
+    # A cap of 2 secrets takes the two that can be probed, never s1.
     assert {r.secret_id for r in probing.plan(dataset, cfg(**{"probing.secrets": 2}))} == {"s2", "s3"}
 
 
