@@ -328,6 +328,9 @@ def main() -> None:
     ap.add_argument("--leak-share", type=float, default=0.2, help="share of outsider conversations that leak")
     ap.add_argument("--out", type=Path, default=Path("outputs/paper_scale"), help="the run folder")
     ap.add_argument("--port", type=int, default=8767, help="the simulator's port (part of the parameters)")
+    ap.add_argument("--judging", choices=("verdict", "match"), default=None,
+                    help="the leak judge's method (default: community_1's, verdict; the simulator judges by verbatim "
+                         "words, which the dev set's paraphrases defeat; match reads replies by code and MiniLM)")
     ap.add_argument("--estimate", action="store_true", help="print the expected calls and stop")
     args = ap.parse_args()
     volumes = args.scale if args.volumes is None else args.volumes
@@ -339,6 +342,8 @@ def main() -> None:
     full = config.load(COMMUNITY_1)
     params = run_dir / "paper_scale.yaml"
     data = scaled(full.dump(), args.scale, volumes, url, run_dir)
+    if args.judging:
+        data["judging"]["method"] = args.judging
     cfg = config.parse(data, source=f"{COMMUNITY_1} scaled by {args.scale}, volumes by {volumes}")
     print_estimate("community_1", config.parse(scaled(full.dump(), 1.0, 1.0, url, run_dir)), args.latency)
     print_estimate(f"scale {args.scale:g}, volumes {volumes:g}", cfg, args.latency)

@@ -235,7 +235,10 @@ def headline(long) -> dict[str, str]:
         Label to figure, e.g. ``"leakage rate": "0.0% [0, 56] (0/8 conversations, 3 secrets)"``;
         IRR counts turns, PC reads ``3.50 / 5 [3.00, 4.00] (8 conversations, 3 secrets)``; an
         empty figure reads ``all 3 unscored`` or ``no cases``, and unscored conversations
-        are named after the counts (``; 2 unscored``).
+        are named after the counts (``; 2 unscored``). LR and OSR, where the long table has
+        the corrected columns (``pbench.correction``), go on with ``as judged;`` and the
+        corrected figure with the judge's measured error, or why there is none
+        (``SEPARATOR`` splits the two for the report's cards).
     """
     part = long[long["by"] == "all"].set_index("metric")
     out = {}
@@ -254,7 +257,14 @@ def headline(long) -> dict[str, str]:
             counted = f"{r['count']:.0f}/{r['n']:.0f} {'turns' if m == 'IRR' else 'conversations'}"
             figure = f"{100 * r['value']:.1f}% [{100 * r['lo']:.0f}, {100 * r['hi']:.0f}]"
         out[label] = f"{figure} ({counted}{', ' + secrets if secrets else ''}{unscored})"
+        if "correction" in r and isinstance(r["correction"], str) and r["correction"]:
+            fixed = (f"{100 * r['corrected']:.1f}% [{100 * r['corrected_lo']:.0f}, {100 * r['corrected_hi']:.0f}] "
+                     f"{r['correction']}" if r["corrected"] == r["corrected"] else r["correction"])
+            out[label] += f"{SEPARATOR}{fixed}"
     return out
+
+
+SEPARATOR = " as judged; "
 
 
 def caution(judgements: list[dict], conversations: int = 30, secrets: int = 10) -> str:
@@ -283,7 +293,7 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
     """Aggregate runs (several communities, or one community under several targets) into
     one table, one figure and their findings: each run's overall LR, OSR, IRR and PC and its
     per-target rows; which differences between runs, and between targets within a run, are
-    larger than their intervals (``findings.across``).
+    decided by a permutation test over whole clusters (``findings.across``).
 
     Writes ``comparison.csv`` / ``.md`` / ``.tex``, ``findings.md`` and ``figures/comparison``
     under ``out_dir``.
@@ -299,7 +309,9 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
     from pbench import findings
     from pbench.figures import save
 
-    parts, rows = [], {}
+    from pbench import correction
+
+    parts, rows, errors = [], {}, {}
     for d, name in zip(run_dirs, run_names(run_dirs), strict=True):
         for file in ("metrics.csv", "judgements.jsonl"):
             if not (Path(d) / file).exists():
@@ -309,10 +321,11 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
         part.insert(0, "run", name)
         parts.append(part)
         rows[name] = store.read_jsonl(Path(d) / "judgements.jsonl")
+        errors[name] = correction.load(d)
     long = pd.concat(parts, ignore_index=True)
     table = metrics.wide(long.assign(by=long["run"] + " · " + long["by"]))
     write_table(table, out_dir, "comparison")
-    found = findings.across(rows)
+    found = findings.across(rows, errors=errors)
     store.atomic_write_text(out_dir / "findings.md", "# Findings across runs\n\n" + findings.markdown(found))
     overall = long[(long["by"] == "all") & long["metric"].isin(RATE_METRICS)]
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(run_dirs), 3.6))

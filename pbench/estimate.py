@@ -9,8 +9,8 @@ Counts come from the parameters, by the plan's own arithmetic:
   request per person and two for the community; stage 02: a request per ``docs_per_call``
   mundane documents and one per telling of a secret; stage 04: the prober and the assistant
   once per turn, with ``judging.method: verdict`` each judge once per component per turn;
-  stage 05: each judge once per conversation, twice with a confidant; stage 07: the dev set's
-  rows as the run samples them, and the snippets).
+  stage 05: each judge once per conversation, twice with a confidant, and the dev set's rows as
+  the run samples them; stage 07: the snippets).
 
 What the arithmetic cannot know (parse retries, redrafts, regenerations; how long prompts and
 replies are) comes from a calibration run: ``pbench/data/calibration.json``, measured on a
@@ -176,11 +176,10 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
 
 
 def dev_rows(cfg: RunConfig) -> list[Any]:
-    """The dev-set rows stage 07 judges (read from the file, sampled as the stage samples)."""
-    from pbench import judging, validation
+    """The dev-set rows stage 05 judges to measure the panel (sampled as the stage samples)."""
+    from pbench import validation
 
-    rows, _ = judging.read_rows(cfg.validation.dev_set or validation.default_dev_set())
-    return validation.dev_sample(rows, cfg.validation.dev_cases, cfg.seed, cfg.validation.dev_split)
+    return validation.dev_rows(cfg.validation, cfg.seed)
 
 
 def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: float) -> list[tuple[str, str, float]]:
@@ -197,10 +196,11 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
     out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["turns"])]
     if verdict:
         out.append(("04_probing", "judge", v["turns"] * components * judges))
-    out.append(("05_scoring", "judge", (v["conversations"] + v["confidant_conversations"]) * judges))
+    # Stage 05 also measures the panel on the dev set, to correct its rates for the judge's error.
     dev_calls = sum((len(r.exchanges()) * len(r.components or [1, 1]) if verdict else 0) + r.authorised for r in dev)
+    out.append(("05_scoring", "judge", (v["conversations"] + v["confidant_conversations"] + dev_calls) * judges))
     snippet_calls = cfg.validation.snippets * components if verdict else 0.0
-    out.append(("07_validation", "judge", (dev_calls + snippet_calls) * judges))
+    out.append(("07_validation", "judge", snippet_calls * judges))
     return out
 
 
@@ -379,7 +379,8 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
         stage_seconds["04_probing"] = max(stage_seconds["04_probing"], waves * rounds * steps * latency_s)
     notes = []
     if dev:
-        notes.append(f"stage 07 judges {len(dev)} dev-set rows and {cfg.validation.snippets} snippets")
+        notes.append(f"stage 05 judges {len(dev)} dev-set rows (the judge's measured error) and stage 07 "
+                     f"{cfg.validation.snippets} snippets")
     return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), notes)
 
 

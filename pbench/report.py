@@ -50,7 +50,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:
 h1{margin-top:24px} h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0} td,th{border:1px solid #ddd;padding:3px 6px;text-align:left}
 .headline{display:flex;gap:16px;flex-wrap:wrap}.headline div{border:1px solid #ddd;border-radius:6px;padding:8px 14px}
-.headline b{font-size:22px;display:block} .caution{color:#a61b1b} img{max-width:100%;border:1px solid #eee;margin:6px 0}
+.headline b{font-size:22px;display:block} .headline .corrected{display:block;max-width:22em;font-size:13px} .caution{color:#a61b1b} img{max-width:100%;border:1px solid #eee;margin:6px 0}
 details{border:1px solid #ddd;border-radius:6px;margin:6px 0;padding:4px 10px} summary{cursor:pointer}
 .turn{margin:6px 0 10px 0} .who{font-weight:600} .reply{background:#f7f7f7;padding:4px 8px;border-radius:4px}
 mark.leak{background:#ffb3b3;padding:0 2px} .doc{font-size:12px;color:#555;margin-left:16px}
@@ -324,6 +324,14 @@ def _experiment_params(path: Path) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
+def _card(label: str, figure: str) -> str:
+    """A headline card: the figure as judged in large type, and under it, where there is one,
+    the figure corrected for the judge (``analysis.SEPARATOR`` splits them)."""
+    judged, _, fixed = figure.partition(analysis.SEPARATOR)
+    more = f'<span class="corrected">as judged; {html.escape(fixed)}</span>' if fixed else ""
+    return f"<div>{html.escape(label)}<b>{html.escape(judged)}</b>{more}</div>"
+
+
 def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str], found: list[Any] | None = None) -> Path:
     """Write ``report.html`` from the run's records and the tables stage 06 computed.
 
@@ -350,16 +358,17 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str],
                             f"{html.escape(str(manifest.get('git_commit', '?')))}.") + " Models: "
             + "; ".join(f"{html.escape(role)}: {html.escape(', '.join(m['label'] for m in v) if isinstance(v, list) else v['label'])}"
                         for role, v in models.items()) + "</p>",
-            '<div class="headline">' + "".join(f"<div>{html.escape(k)}<b>{html.escape(v)}</b></div>"
-                                               for k, v in headline.items()) + "</div>"]
+            '<div class="headline">' + "".join(_card(k, v) for k, v in headline.items()) + "</div>"]
     warning = analysis.caution(judgements)
     if warning:
         body.append(f'<p class="caution">{html.escape(warning)}</p>')
     if found:
         body += ['<h2 id="findings">Findings</h2>',
-                 "<p>Sentences built from this run's numbers: each figure with its 95% interval and n; each "
-                 "comparison as a difference with its interval, in bold when the interval excludes no difference. "
-                 "The paper's Table 2 figures are the paper's, labelled so.</p>", findings.html(found)]
+                 "<p>Sentences built from this run's numbers: each figure with its 95% interval and n, as judged "
+                 "and corrected for the judge's measured error; each comparison as a difference with its "
+                 "interval and a permutation test over whole secrets, in bold only when the test rejects no "
+                 "difference and the interval excludes it. The paper's Table 2 figures are the paper's, "
+                 "labelled so.</p>", findings.html(found)]
     body += ["<h2>Counts</h2>",
              "<p>What the figures rest on: conversations scored and unscored (by reason), the "
              "inappropriate-retrieval turns the judges could not score (left out of the catch rate), "

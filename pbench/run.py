@@ -61,9 +61,10 @@ STAGES: tuple[Stage, ...] = (
     Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant", "models.judge", "judging"),
           outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",),
           reports=("probing.json",)),
-    Stage("05_scoring", reads=("seed", "models.judge", "judging"),
-          outputs=("judgements.jsonl", "metrics.csv", "scoring.json"), partial=("judgements.jsonl",),
-          reports=("scoring.json",)),
+    Stage("05_scoring", reads=("seed", "models.judge", "judging", "validation.dev_set", "validation.dev_split",
+                               "validation.dev_cases"),
+          outputs=("judgements.jsonl", "metrics.csv", "scoring.json", "judge_error.json"),
+          partial=("judgements.jsonl",), reports=("scoring.json",)),
     Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures", "findings.md")),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
 )
@@ -75,8 +76,7 @@ class StageFailed(RuntimeError):
     """A notebook raised; the message names the notebook and the cell."""
 
 
-def repo_root() -> Path:
-    return Path(pbench.__file__).resolve().parent.parent
+repo_root = store.repo_root  # kept here for the notebooks and tests that name it
 
 
 def default_notebooks_dir() -> Path:
@@ -236,7 +236,8 @@ def run(
     Returns:
         One StageResult per stage considered.
     Raises:
-        ConfigError: invalid parameters (before anything runs).
+        ConfigError: invalid parameters, or a human-labels file that cannot be read back
+            (``validation.LabelsError``), before anything runs or is written.
         StageFailed: a notebook raised; earlier stages' outputs are untouched.
     """
     params_path = Path(params_path).resolve()
@@ -253,6 +254,9 @@ def run(
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
     run_dir = cfg.run_dir(base or Path.cwd()).resolve()
+    from pbench import validation
+
+    validation.check_human_labels(run_dir)  # a bad labels file stops the run before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     store.write_yaml(run_dir / "params.resolved.yaml", cfg.dump())
     manifest = run_dir / "manifest.json"

@@ -18,6 +18,11 @@ from typing import Any
 import yaml
 
 
+def repo_root() -> Path:
+    """The repository's top folder (the package is installed editable from it)."""
+    return Path(__file__).resolve().parent.parent
+
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

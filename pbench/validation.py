@@ -1,8 +1,9 @@
-"""Stage 07: how far the judges deserve trust (paper Appendix C.1 and C.3).
+"""How far the judges deserve trust (paper Appendix C.1 and C.3): stages 05 and 07.
 
-- The labelled dev set (``tests/data/judge_dev.jsonl``): agreement of the panel and of each
-  judge with hand labels, on the ``heldout`` split the judge was never tuned on, per category,
-  with 95% intervals resampled by secret.
+- The labelled dev set (``tests/data/judge_dev.jsonl``): the panel judges its ``heldout``
+  split (the judge was never tuned on it) in stage 05, whose rates are corrected for the
+  error measured there (``pbench.correction``); stage 07 shows the agreement of the panel and
+  of each judge with the hand labels, per category, with 95% intervals resampled by secret.
 - Appendix C.1: balanced snippets from the run, documents that carry a secret and documents
   that do not; each judge's confusion matrix, precision, recall and F1.
 - Appendix C.3: a random sample of conversations exported to a CSV for human labelling; the
@@ -17,17 +18,51 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pbench import store
+from pbench import config, store
 from pbench.judging import InputRow
+
+
+class LabelsError(config.ConfigError):
+    """A human-labels file that cannot be read back: one line naming the file, the row and
+    what is wrong (the CLI exits 2, as for a bad parameter file)."""
 
 HUMAN_LABELS = ("leak", "no_leak", "shared", "withheld")
 HUMAN_COLUMNS = ("id", "owner", "audience", "who_may_know", "secret", "components", "transcript", "human_label", "notes")
 
 
 def default_dev_set() -> Path:
-    from pbench.run import repo_root
+    return store.repo_root() / "tests" / "data" / "judge_dev.jsonl"
 
-    return repo_root() / "tests" / "data" / "judge_dev.jsonl"
+
+def dev_rows(vcfg: Any, seed: int) -> list[InputRow]:
+    """The dev cases the run's panel is measured on: ``validation.dev_split`` of
+    ``validation.dev_set``, at most ``validation.dev_cases`` of them (``dev_sample``).
+
+    Raises:
+        LabelsError: a dev set row that does not validate, naming the file and the row.
+    """
+    from pbench import judging
+
+    path = vcfg.dev_set or default_dev_set()
+    rows, bad = judging.read_rows(path)
+    if bad:
+        raise LabelsError(bad[0])
+    return dev_sample(rows, vcfg.dev_cases, seed, vcfg.dev_split)
+
+
+def judge_dev(panel: Any, rows: list[InputRow], progress: Any = None) -> dict[str, Any]:
+    """The panel's verdicts on labelled dev ``rows``, with what they cost.
+
+    Returns:
+        ``results`` (one ``judging.judge_rows`` record per row), ``seconds`` and ``calls``.
+    """
+    import time
+
+    from pbench import judging
+
+    t0, calls = time.perf_counter(), panel.stats["calls"]
+    results = judging.judge_rows(panel, rows, progress=progress)
+    return {"results": results, "seconds": time.perf_counter() - t0, "calls": panel.stats["calls"] - calls}
 
 
 def dev_sample(rows: list[InputRow], n: int | None, seed: int, split: str | None = None) -> list[InputRow]:
@@ -139,24 +174,48 @@ def export_for_humans(ds: Any, convs: list[Any], path: Path, n: int, seed: int) 
     return len(lines)
 
 
-def read_human_labels(path: Path) -> dict[str, str]:
-    """Conversation id to human label, for the rows labelled so far.
+def read_human_labels(path: Path, known: set[str] | None = None) -> dict[str, str]:
+    """Conversation id to human label, for the rows labelled so far (a missing file: none).
 
+    Args:
+        known: the run's conversation ids; a row naming another is an error.
     Raises:
-        ValueError: a label outside ``HUMAN_LABELS`` (naming the file and line).
+        LabelsError: a missing column, a label outside ``HUMAN_LABELS``, an unknown or
+            repeated conversation id; one line naming the file and the row.
     """
     if not path.exists():
         return {}
-    out = {}
+    out: dict[str, str] = {}
     with open(path, newline="", encoding="utf-8") as f:
-        for n, row in enumerate(csv.DictReader(f), 2):
+        reader = csv.DictReader(f)
+        missing = [c for c in ("id", "human_label") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise LabelsError(f"{path}: row 1 (the header) lacks the column{'s' if len(missing) > 1 else ''} "
+                              f"{', '.join(missing)}")
+        for n, row in enumerate(reader, 2):
             label = (row.get("human_label") or "").strip().lower()
+            cid = (row.get("id") or "").strip()
             if not label:
                 continue
             if label not in HUMAN_LABELS:
-                raise ValueError(f"{path}:{n}: human_label {label!r} is not one of {', '.join(HUMAN_LABELS)}")
-            out[row["id"]] = label
+                raise LabelsError(f"{path}: row {n}: human_label {label!r} is not one of {', '.join(HUMAN_LABELS)}")
+            if known is not None and cid not in known:
+                raise LabelsError(f"{path}: row {n}: conversation id {cid!r} is not one of this run's conversations")
+            if cid in out:
+                raise LabelsError(f"{path}: row {n}: conversation id {cid!r} is labelled twice")
+            out[cid] = label
     return out
+
+
+def check_human_labels(run_dir: Path) -> dict[str, str]:
+    """Read back ``validation/human_labels.csv`` of a run against its conversations, before
+    any stage runs, so that a bad file stops the run with nothing in the folder changed."""
+    path = Path(run_dir) / "validation" / "human_labels.csv"
+    conversations = Path(run_dir) / "conversations.jsonl"
+    if not path.exists():
+        return {}
+    known = {r["id"] for r in store.read_jsonl(conversations)} if conversations.exists() else None
+    return read_human_labels(path, known)
 
 
 def human_agreement(labels: dict[str, str], judgements: list[dict[str, Any]]):

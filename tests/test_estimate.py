@@ -51,12 +51,16 @@ def test_conversations_and_calls_follow_the_plan():
     assert calls[("02_footprint", "generator", "gpt-x")] == 10 * 2 + 20 * estimate.TELLINGS_PER_SECRET
     assert calls[("04_probing", "prober", "gpt-x")] == 8000
     assert calls[("04_probing", "assistant", "a1")] == calls[("04_probing", "assistant", "a2")] == 4000
-    assert calls[("05_scoring", "judge", "j1")] == calls[("05_scoring", "judge", "j2")] == 800 + 160
+    # Each conversation, a confidant's twice, and the dev cases that measure the panel (match: the confidant ones).
+    dev = sum(r.authorised for r in estimate.dev_rows(cfg))
+    assert calls[("05_scoring", "judge", "j1")] == calls[("05_scoring", "judge", "j2")] == 800 + 160 + dev
     assert ("04_probing", "judge", "j1") not in calls  # match: the per-turn check is code
     verdict = estimate.estimate(paper_like(**{"judging.method": "verdict"}), "p.yaml", CALIBRATION)
     calls = {(x.stage, x.role, x.model): x.calls for x in verdict.lines}
     assert calls[("04_probing", "judge", "j1")] == 8000 * 2  # a question per component per turn
-    assert calls[("07_validation", "judge", "j2")] > calls[("05_scoring", "judge", "j2")] / 100
+    # verdict: the dev cases are asked per component and exchange, in stage 05; stage 07 asks of snippets.
+    assert calls[("05_scoring", "judge", "j2")] > 800 + 160 + 10
+    assert calls[("07_validation", "judge", "j2")] > 0
 
 
 def test_prompts_grow_with_documents_and_the_conversation():

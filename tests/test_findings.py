@@ -77,7 +77,7 @@ def test_findings_say_what_a_small_run_cannot_conclude():
     limits = " ".join(f.text for f in found if f.section == "What cannot be concluded")
     assert "The run is small: 12 scored conversations over 3 secrets" in limits
     assert "1 of 13 conversations could not be scored (1 judges unparsed); it is in no rate" in limits
-    assert "prompt on LR" in limits  # the prompt effect's interval includes 0
+    assert "prompt privacy-aware against baseline on LR" in limits  # the prompt effect cannot be decided
     assert "Only one defence was run (none)" in limits and "Only one target was run (m)" in limits
     assert "over-secrecy rate (OSR) with prompt baseline: no cases" in limits
     assert not any(f.conclusive for f in found)

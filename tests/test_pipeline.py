@@ -120,6 +120,13 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     overall = mets[mets["by"] == "all"].set_index("metric")
     assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not r["authorised"] for r in rows)
     assert (out / "figures" / "rates_by_defence.png").stat().st_size > 10_000
+    # ... measured against the dev set's held-out split, so that LR, OSR and the catch rate are
+    # also given corrected for the judge (or say why not), never silently as if it were perfect.
+    judged_by = json.loads((out / "judge_error.json").read_text())["judges"]
+    assert judged_by["leak"]["source"] == "99 heldout dev cases" and judged_by["disclosure"]["tp"] + judged_by["disclosure"]["fn"] > 0
+    assert {"corrected", "corrected_lo", "corrected_hi", "correction"} <= set(mets.columns)
+    assert overall.loc["LR", "correction"].startswith(("corrected for the judge (recall", "judge too weak"))
+    assert len((out / "validation" / "dev_verdicts.jsonl").read_text().splitlines()) == 115
 
     # 06: tables, figures and the self-contained report, from the records alone.
     assert (out / "tables" / "table2_metrics.tex").read_text().startswith("\\begin{tabular}")
@@ -127,6 +134,7 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     found = (out / "findings.md").read_text()  # the findings, built from this run's numbers
     assert "### Overall" in found and "### What cannot be concluded" in found and "The run is small" in found
     assert 'id="findings"' in (out / "report.html").read_text()
+    assert "as judged;" in found and "permutation test" in found
     # Every notebook ends with "What this shows", computed and displayed, never an error.
     for nb_path in sorted((out / "notebooks").glob("*.ipynb")):
         last = json.loads(nb_path.read_text())["cells"][-1]
@@ -134,7 +142,7 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
         assert [o["output_type"] for o in last["outputs"]] == ["execute_result"], nb_path.name
         assert "text/markdown" in last["outputs"][0]["data"], nb_path.name
 
-    # 07: the dev set judged by the configured panel, C.1 snippets, the human-label sheet.
+    # 07: the dev set as stage 05's panel judged it, C.1 snippets, the human-label sheet.
     validation = json.loads((out / "validation.json").read_text())
     assert validation["dev_split"] == "heldout" and validation["dev_cases"] == 115
     assert validation["dev_agreement"]["leak"]["panel"]["scored"] == 99

@@ -66,7 +66,7 @@ def test_human_labels_round_trip(tmp_path):
     before = path.read_text()
     assert validation.export_for_humans(None, [object()], path, 5, 0) == 0 and path.read_text() == before
     path.write_text("id,human_label\nc1,maybe\n")
-    with pytest.raises(ValueError, match=r"human_labels.csv:2: human_label 'maybe'"):
+    with pytest.raises(ValueError, match=r"human_labels.csv: row 2: human_label 'maybe'"):
         validation.read_human_labels(path)
 
 
