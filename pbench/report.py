@@ -328,7 +328,7 @@ def _card(label: str, figure: str) -> str:
     """A headline card: the figure as judged in large type, and under it, where there is one,
     the figure corrected for the judge (``analysis.SEPARATOR`` splits them)."""
     judged, _, fixed = figure.partition(analysis.SEPARATOR)
-    more = f'<span class="corrected">as judged; {html.escape(fixed)}</span>' if fixed else ""
+    more = f'<span class="corrected">as judged.<br>{html.escape(fixed[:1].upper() + fixed[1:])}</span>' if fixed else ""
     return f"<div>{html.escape(label)}<b>{html.escape(judged)}</b>{more}</div>"
 
 
