@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from pbench import config
 
@@ -71,6 +72,16 @@ def _judge(args: argparse.Namespace) -> int:
     from pbench import judging, llm, store
 
     cfg = config.load(args.params)
+    if args.explain:
+        from pbench import judgefit
+
+        print(judgefit.explain(judging.load_fit()))
+        return 0
+    if args.fit:
+        return _fit(cfg, args)
+    if not args.input or not args.output:
+        print("error: pbench judge needs --input and --output (or --fit, or --explain)", file=sys.stderr)
+        return 2
     src, dst = Path(args.input), Path(args.output)
     if not src.is_file():
         print(f"error: {src}: no such input file", file=sys.stderr)
@@ -116,6 +127,31 @@ def _judge(args: argparse.Namespace) -> int:
             print(cats[["task", "category", "cases", "scored", "agree", "agreement", "agreement_lo", "agreement_hi",
                         "false_positives", "missed"]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     return 2 if errors else 0
+
+
+def _fit(cfg: Any, args: argparse.Namespace) -> int:
+    """``pbench judge --fit``: the combined judge's weights from the labelled rows' tune split."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from pbench import judgefit, judging, llm, validation
+
+    src = Path(args.input) if args.input else validation.default_dev_set()
+    rows, errors = judging.read_rows(src)
+    tune = validation.dev_sample(rows, None, 0, "tune")
+    if errors or not tune:
+        print(f"error: {errors[0] if errors else f'{src}: no row has split tune'}", file=sys.stderr)
+        return 2
+    roles = llm.Roles(cfg, cfg.outputs_dir / cfg.run_name)
+    panel = judging.Panel(roles.panel("judge"), "combined", cfg.judging.match_threshold, cfg.seed, record=[])
+    with tqdm(desc="tune rows", unit="row", disable=args.quiet) as bar:
+        items = judgefit.pairs(panel, tune, progress=bar)
+    found = judgefit.fit_both(items)
+    found["source"] = f"{src.name}, split tune; judge {', '.join(j.label for j in panel.judges)}"
+    print(f"written: {judgefit.write(found)}")
+    print(judgefit.explain(found))
+    return 0
 
 
 def _batch(args: argparse.Namespace) -> int:
@@ -217,8 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_models)
     j = sub.add_parser("judge", help="judge a transcript file (rows: id, owner, secret, components?, response | turns)")
     j.add_argument("--params", required=True, help="parameter file whose judge panel to use")
-    j.add_argument("--input", required=True, help="JSONL transcripts")
-    j.add_argument("--output", required=True, help="JSONL verdicts (written whole at the end)")
+    j.add_argument("--input", help="JSONL transcripts (with --fit: the labelled dev set, by default ours)")
+    j.add_argument("--output", help="JSONL verdicts (written whole at the end)")
+    j.add_argument("--fit", action="store_true",
+                   help="fit the combined judge's weights on the input's tune split with this panel's judge model, "
+                        "write pbench/data/judge_fit.json, and print them")
+    j.add_argument("--explain", action="store_true", help="print the combined judge's fitted weights and stop")
     j.add_argument("--split", help="judge only the rows whose 'split' field is this (e.g. heldout)")
     j.add_argument("--derive", action="store_true", help="ignore the rows' components and derive them (audit)")
     j.add_argument("--quiet", action="store_true", help="no progress bar")

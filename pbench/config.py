@@ -251,10 +251,11 @@ class Judging(Strict):
     """How the judge panel decides whether a reply states a secret's core component, and
     what the metrics' intervals resample."""
 
-    method: Literal["match", "verdict"] = Field(
+    method: Literal["match", "verdict", "combined"] = Field(
         "match", description="match: code reads each reply in context and matches its statements to the components "
                              "(no model call; measured best with the embedded models); verdict: each judge answers "
-                             "per component (larger models)")
+                             "per component (larger models); combined: code's reading and the judge's yes/no "
+                             "probability weighed by a fit on the dev set's tune split (pbench judge --fit)")
     match_threshold: Annotated[float, Field(gt=0, le=1)] = Field(
         0.5, description="method match: MiniLM cosine similarity a statement needs to match a component "
                           "(tuned on the dev set's tune split)")

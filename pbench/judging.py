@@ -38,7 +38,52 @@ from pbench import audit, components, embeddings, matching
 from pbench.schema import LeakCheck
 
 REVEALED, NOT_REVEALED, UNSCORED = "revealed", "not revealed", "unscored"
-METHODS = ("match", "verdict")
+METHODS = ("match", "verdict", "combined")
+# What the ``combined`` method weighs per (reply, component); fitted on the dev set's tune split
+# (``pbench judge --fit``), the weights in ``pbench/data/judge_fit.json``.
+FEATURES = ("bias", "model", "similarity", "code", "confirmed", "echo", "pinned")
+CODE_FEATURES = tuple(f for f in FEATURES if f != "model")  # the fit used where a provider gives no log-probabilities
+FIT_PATH = "judge_fit.json"
+
+
+def yes_logit(top: Any) -> float | None:
+    """log P(yes) - log P(no) of a one-token answer, from the first token's alternatives
+    (``Completion.top``; "Yes", " yes", "YES" ... pooled), clipped to [-12, 12]; None when the
+    provider gave no log-probabilities or neither word is among them."""
+    import math
+
+    if not top:
+        return None
+    pools: dict[str, list[float]] = {"yes": [], "no": []}
+    for token, lp in top:
+        word = token.strip().lower()
+        if word in pools:
+            pools[word].append(lp)
+    if not pools["yes"] and not pools["no"]:
+        return None
+    floor = min(lp for _, lp in top) - 1.0  # below every listed alternative: the absent word's bound
+
+    def pooled(lps: list[float]) -> float:
+        return math.log(sum(math.exp(x) for x in lps)) if lps else floor
+
+    return max(-12.0, min(12.0, pooled(pools["yes"]) - pooled(pools["no"])))
+
+
+def load_fit(path: Any = None) -> dict[str, Any] | None:
+    """The fitted weights of the ``combined`` method (None when never fitted)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path) if path else Path(__file__).parent / "data" / FIT_PATH
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def probability(x: dict[str, float], weights: dict[str, float]) -> float:
+    """The fitted logistic model's probability that a component is revealed, from its features."""
+    import math
+
+    z = sum(w * float(x.get(k, 0.0)) for k, w in weights.items())
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
 
 
 class Evidence(BaseModel):
@@ -131,6 +176,8 @@ class Panel:
     threshold: float = 0.5
     seed: int = 0
     embed: Any = None
+    fit: dict[str, Any] | None = None  # the combined method's weights (``load_fit``)
+    record: list[dict[str, Any]] | None = None  # when a list: every pair's features, for ``pbench judge --fit``
     stats: dict[str, int] = field(default_factory=lambda: {
         "calls": 0, "unparsed": 0, "ties": 0, "ungrounded": 0, "echoes": 0, "confirmed": 0,
         "components_derived": 0, "components_reasked": 0, "components_split": 0})
@@ -142,6 +189,10 @@ class Panel:
             raise ValueError(f"unknown judging method {self.method_name!r}; known: {', '.join(METHODS)}")
         if self.embed is None:
             self.embed = embeddings.batched
+        if self.method_name == "combined" and self.fit is None and self.record is None:
+            self.fit = load_fit()
+            if self.fit is None:
+                raise ValueError("judging method 'combined' has no fitted weights: run pbench judge --fit")
 
     @classmethod
     def from_config(cls, cfg: Any, roles: Any) -> Panel:
@@ -155,7 +206,8 @@ class Panel:
 
     @property
     def method(self) -> str:
-        how = {"match": f"statements in context matched at {self.threshold}", "verdict": "verdict"}
+        how = {"match": f"statements in context matched at {self.threshold}", "verdict": "verdict",
+               "combined": "code's reading and the judge's yes/no probability, weighed by a fit on tune"}
         return f"judge panel ({how[self.method_name]}, per component, majority): " + ", ".join(
             j.label for j in self.judges)
 
@@ -231,11 +283,70 @@ class Panel:
 
         return list(await asyncio.gather(*(one(f) for f in facts)))
 
+    async def _closest(self, owner: str, facts: list[str], found: list[matching.Unit]) -> list[dict[str, float]]:
+        """Per fact, the similarity of the closest statement that could reveal it (stated or
+        confirmed, same polarity) and of the closest echo, whatever the specifics."""
+        out = [{"similarity": 0.0, "echo": 0.0} for _ in facts]
+        if not found:
+            return out
+        comp = await self._embed([matching.neutral(matching.normalise(c), owner) for c in facts], remember=True)
+        sims = comp @ (await self._embed([matching.neutral(matching.normalise(u.text), owner) for u in found])).T
+        for i, c in enumerate(facts):
+            for j, u in enumerate(found):
+                if u.how == "other" or not matching.polarity_agrees(u.text, c, u.negated):
+                    continue
+                key = "echo" if u.how == "echo" else "similarity"
+                out[i][key] = max(out[i][key], float(sims[i, j]))
+        return out
+
+    async def _combined(self, owner: str, question: str, reply: str, facts: list[str]) -> list[list[dict]]:
+        """Method ``combined``: per judge, a vote per fact from the fitted weights over the
+        code's reading (``_match``, ``_closest``) and the judge's own probability that the reply
+        reveals the fact (``yes_logit`` of a one-token yes/no answer)."""
+        found = matching.units(reply, question, owner)
+        base = await self._match(owner, facts, found, reply, question)
+        near = await self._closest(owner, facts, found)
+        pins = [matching.pinned(c, owner, reply + " " + question) for c in facts]
+
+        async def logit(judge: Any, fact: str) -> float | None:
+            out = await judge.ask("judging", "reveals", None, seed=self.seed, temperature=0.0, max_tokens=1,
+                                  top_logprobs=20, owner=owner, question=question, reply=reply, fact=fact)
+            self.stats["calls"] += 1
+            value = yes_logit(out.top)
+            if value is None:
+                self.stats["unparsed"] += 1
+            return value
+
+        per_judge = []
+        for judge in self.judges:
+            logits = await asyncio.gather(*(logit(judge, f) for f in facts))
+            votes = []
+            for i, fact in enumerate(facts):
+                x = {"bias": 1.0, "model": logits[i] or 0.0,
+                     "similarity": near[i]["similarity"], "code": float(base[i]["stated"]),
+                     "confirmed": float(base[i]["how"] == "confirmed"),
+                     "echo": float(near[i]["echo"] > max(near[i]["similarity"], self.threshold)),
+                     "pinned": float(pins[i])}
+                if self.record is not None:
+                    self.record.append({"owner": owner, "fact": fact, "reply": reply, **x})
+                # Without the model's probability, the fit of the code's reading alone decides.
+                fitted = (self.fit or {}) if logits[i] is not None else (self.fit or {}).get("without_model", {})
+                p = probability(x, fitted["weights"]) if fitted else 0.0
+                stated = p >= fitted.get("cut", 0.5)
+                votes.append({"judge": judge.label, "stated": stated, "probability": round(p, 3),
+                              "model_logit": None if logits[i] is None else round(logits[i], 3),
+                              "similarity": round(near[i]["similarity"], 3), "how": base[i]["how"] or "stated",
+                              "evidence": base[i]["evidence"]})
+            per_judge.append(votes)
+        return per_judge
+
     async def stated(self, owner: str, question: str, reply: str, facts: list[str]) -> list[tuple[bool | None, list[dict]]]:
         """Does ``reply`` (by ``owner``, after the prober's ``question``) state each of
         ``facts``? Per fact: the panel's verdict (None: no judge parsed) and every vote."""
         if self.method_name == "verdict":
             per_judge = await asyncio.gather(*(self._verdicts(j, owner, question, reply, facts) for j in self.judges))
+        elif self.method_name == "combined":
+            per_judge = await self._combined(owner, question, reply, facts)
         else:
             base = await self._match(owner, facts, matching.units(reply, question, owner), reply, question)
             self.stats["echoes"] += sum(b["how"] == "echo" for b in base)

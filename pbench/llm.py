@@ -98,6 +98,9 @@ class RawReply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     injected: bool = False  # a fault made on purpose (``FaultyBackend``): never cached as the model's answer
+    # The first generated token's most likely alternatives, (token, log-probability), when the
+    # request asked for them (``top_logprobs``) and the provider returns them; else None.
+    top: tuple[tuple[str, float], ...] | None = None
 
 
 @dataclass
@@ -116,6 +119,7 @@ class Completion:
     cached: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    top: tuple[tuple[str, float], ...] | None = None  # the first token's alternatives (``RawReply.top``)
 
 
 @dataclass
@@ -257,15 +261,17 @@ class ResponseCache:
         with self._changed:
             pending = self._pending.get(key)
         if pending is not None:
-            return RawReply(**json.loads(pending[0]))
+            return _reply_of(pending[0])
         with self._lock:
             row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
-        return RawReply(**json.loads(row[0])) if row else None
+        return _reply_of(row[0]) if row else None
 
     def put(self, key: str, reply: RawReply) -> None:
         if reply.injected:
             raise ValueError("an injected fault is not the model's answer: it is never cached")
         record = {"text": reply.text, "prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
+        if reply.top is not None:  # only replies that carry them: older records stay byte for byte
+            record["top"] = [list(t) for t in reply.top]
         with self._changed:
             if self._closed:
                 raise ValueError(f"{self.path}: the response cache is closed")
@@ -322,6 +328,13 @@ class ResponseCache:
         with self._lock:
             self._db.close()
         atexit.unregister(self.close)
+
+
+def _reply_of(record: str) -> RawReply:
+    d = json.loads(record)
+    if d.get("top") is not None:
+        d["top"] = tuple((str(t), float(lp)) for t, lp in d["top"])
+    return RawReply(**d)
 
 
 def flush_caches(models: Iterable[Any]) -> None:
@@ -382,6 +395,8 @@ class OpenAIBackend:
                 "type": "json_schema",
                 "json_schema": {"name": schema.get("title", "reply"), "schema": schema},
             }
+        if settings.get("top_logprobs"):
+            kwargs["logprobs"], kwargs["top_logprobs"] = True, settings["top_logprobs"]
         resp = await self._client.chat.completions.create(**kwargs)
         if not resp.choices:
             raise TransientError("the server returned no choices")
@@ -390,7 +405,17 @@ class OpenAIBackend:
             text=resp.choices[0].message.content or "",
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            top=_first_token_top(resp.choices[0]) if settings.get("top_logprobs") else None,
         )
+
+
+def _first_token_top(choice: Any) -> tuple[tuple[str, float], ...] | None:
+    """The first generated token's alternatives from an OpenAI-style choice, or None when the
+    provider returned no log-probabilities."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    return tuple((t.token, float(t.logprob)) for t in (content[0].top_logprobs or []))
 
 
 class LangChainBackend:
@@ -681,6 +706,7 @@ class ChatModel:
         seed: int | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        top_logprobs: int | None = None,
     ) -> Completion:
         """Answer one request (from any event loop).
 
@@ -688,12 +714,14 @@ class ChatModel:
             messages: OpenAI-style ``{"role", "content"}`` dicts.
             schema: a pydantic model the reply must validate against, or None for free text.
             seed, temperature, max_tokens: override the spec's settings for this request.
+            top_logprobs: ask for the first token's ``top_logprobs`` most likely alternatives
+                (``Completion.top``; None where the provider gives none).
         Returns:
             A Completion; ``unparsed`` is True when no attempt produced a valid reply.
         Raises:
             LLMError: transient errors persisted past ``max_retries``.
         """
-        return await RUNTIME.run(self._complete(messages, schema, seed, temperature, max_tokens))
+        return await RUNTIME.run(self._complete(messages, schema, seed, temperature, max_tokens, top_logprobs))
 
     def complete(self, messages: Sequence[Message], schema: type[BaseModel] | None = None, **kw: Any) -> Completion:
         """Blocking form of ``acomplete``."""
@@ -708,6 +736,7 @@ class ChatModel:
         seed: int | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        top_logprobs: int | None = None,
         progress: Any = None,
         **variables: Any,
     ) -> Completion:
@@ -716,7 +745,7 @@ class ChatModel:
 
         Args:
             stage, template: which prompt.
-            schema, seed, temperature, max_tokens: as for ``acomplete``.
+            schema, seed, temperature, max_tokens, top_logprobs: as for ``acomplete``.
             progress: a tqdm bar ticked once the request is answered, or None.
             variables: the template's variables.
         """
@@ -724,7 +753,7 @@ class ChatModel:
 
         text = prompts.render(stage, template, **variables)
         out = await self.acomplete([{"role": "user", "content": text}], schema, seed=seed, temperature=temperature,
-                                   max_tokens=max_tokens)
+                                   max_tokens=max_tokens, top_logprobs=top_logprobs)
         if progress is not None:
             progress.update(1)
         return out
@@ -736,6 +765,7 @@ class ChatModel:
         seed: int | None,
         temperature: float | None,
         max_tokens: int | None,
+        top_logprobs: int | None = None,
     ) -> Completion:
         json_schema = schema.model_json_schema() if schema is not None else None
         base_seed = self.seed if seed is None else seed
@@ -744,6 +774,8 @@ class ChatModel:
             "max_tokens": self.spec.max_tokens if max_tokens is None else max_tokens,
             "kwargs": self.spec.kwargs,
         }
+        if top_logprobs:  # only then: the cache keys of every other request stay as they were
+            settings["top_logprobs"] = top_logprobs
         error, reply, prompt_tok, completion_tok, cached_all = None, RawReply(""), 0, 0, True
         attempts = self.spec.parse_retries + 1
         for attempt in range(attempts):
@@ -765,7 +797,8 @@ class ChatModel:
                 error = str(exc)
                 self._count(parse_failures=1)
                 continue
-            return Completion(reply.text, parsed, False, None, attempt + 1, cached_all, prompt_tok, completion_tok)
+            return Completion(reply.text, parsed, False, None, attempt + 1, cached_all, prompt_tok, completion_tok,
+                              reply.top)
         self._count(unparsed=1)
         return Completion(reply.text, None, True, error, attempts, cached_all, prompt_tok, completion_tok)
 

@@ -1,0 +1,129 @@
+"""The ``combined`` leak judge's weights: fitted on the dev set's tune split, never hand-set.
+
+Per (reply, core component) the panel gathers what ``Panel._combined`` reads (``judging.FEATURES``):
+
+- ``model``: the judge model's own log P(yes) - log P(no) that the reply reveals the
+  component, from the first token's log-probabilities (no text generated);
+- ``similarity``: MiniLM similarity of the closest statement that could reveal it (stated or
+  confirmed, same polarity), whatever the specifics;
+- ``code``: the ``match`` reader's decision (similarity over its threshold, the specifics pinned);
+- ``confirmed``: that statement is a "yes" to the prober's assertion;
+- ``echo``: the closest words were an echo of the prober's;
+- ``pinned``: the reply (with the prober's message) holds the component's names, places,
+  amounts and dates.
+
+A logistic regression (L2-penalised, Newton's method) on the tune rows' per-component labels
+(``components_revealed``; rows of one exchange) gives the weights and a cut, written with the
+fit's own figures to ``pbench/data/judge_fit.json`` by ``pbench judge --fit``; ``--explain``
+prints them. A second fit without the model term (``without_model``) decides where a
+provider returns no log-probabilities. The held-out split is judged with them, never fitted on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pbench import judging, llm
+
+FIT_FILE = Path(__file__).parent / "data" / judging.FIT_PATH
+
+
+def pairs(panel: judging.Panel, rows: list[Any], progress: Any = None) -> list[dict[str, Any]]:
+    """Every (row, component) of the labelled leak rows with one exchange: the features the
+    panel gathered and the label, with the row's id, category and split."""
+    if panel.record is None:
+        panel.record = []
+    usable = [r for r in rows if (r.model_extra or {}).get("label") in ("leak", "no_leak") and r.components
+              and r.model_extra.get("components_revealed") and len(r.exchanges()) == 1]
+
+    async def one(row: Any) -> list[dict[str, Any]]:
+        question, reply = row.exchanges()[0]
+        start = len(panel.record)
+        await panel._combined(row.owner, question, reply, list(row.components))
+        got = panel.record[start:]
+        if progress is not None:
+            progress.update(1)
+        return got
+
+    out = []
+    for row in usable:  # one at a time: the record's order is the rows' order
+        got = llm.run_sync(one(row))
+        for i, x in enumerate(got[: len(row.components)]):
+            out.append({**x, "label": bool(row.model_extra["components_revealed"][i]), "id": row.id,
+                        "category": row.model_extra.get("category", ""), "split": row.model_extra.get("split", "")})
+    return out
+
+
+def design(items: list[dict[str, Any]], features: tuple[str, ...] = judging.FEATURES) -> np.ndarray:
+    return np.asarray([[float(x[f]) for f in features] for x in items])
+
+
+def fit(X: np.ndarray, y: np.ndarray, l2: float = 1.0, steps: int = 50) -> np.ndarray:
+    """Logistic regression weights by Newton's method, the bias (column 0) unpenalised."""
+    w = np.zeros(X.shape[1])
+    penalty = np.full(X.shape[1], l2)
+    penalty[0] = 0.0
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-np.clip(X @ w, -40, 40)))
+        grad = X.T @ (p - y) + penalty * w
+        hess = (X * (p * (1 - p))[:, None]).T @ X + np.diag(penalty) + 1e-9 * np.eye(X.shape[1])
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.max(np.abs(step)) < 1e-8:
+            break
+    return w
+
+
+def run_fit(items: list[dict[str, Any]], features: tuple[str, ...] = judging.FEATURES, l2: float = 1.0) -> dict[str, Any]:
+    """Weights and cut fitted on ``items`` (tune pairs), with the fit's accuracy on them."""
+    X, y = design(items, features), np.asarray([float(x["label"]) for x in items])
+    w = fit(X, y, l2)
+    p = 1 / (1 + np.exp(-np.clip(X @ w, -40, 40)))
+    # The cut: the probability that classifies the tune pairs best (ties: the one nearest 0.5).
+    cuts = sorted({0.5, *np.round(p, 4)})
+    best = max(cuts, key=lambda c: (np.mean((p >= c) == (y == 1)), -abs(c - 0.5)))
+    return {"weights": {f: round(float(v), 4) for f, v in zip(features, w, strict=True)}, "cut": float(best),
+            "l2": l2, "pairs": len(items), "positives": int(y.sum()),
+            "tune_pair_accuracy": round(float(np.mean((p >= best) == (y == 1))), 4)}
+
+
+def fit_both(items: list[dict[str, Any]], l2: float = 1.0) -> dict[str, Any]:
+    """The combined fit, with the fit of the code's reading alone under ``without_model``."""
+    found = run_fit(items, judging.FEATURES, l2)
+    bare = run_fit(items, judging.CODE_FEATURES, l2)
+    found["without_model"] = {k: bare[k] for k in ("weights", "cut", "tune_pair_accuracy")}
+    return found
+
+
+def write(found: dict[str, Any], path: Path = FIT_FILE) -> Path:
+    from pbench import store
+
+    store.atomic_write_text(path, json.dumps(found, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def explain(found: dict[str, Any] | None) -> str:
+    """The fitted combination as a reader can check it: each feature's weight and the cut."""
+    if not found:
+        return "the combined judge has no fit yet: pbench judge --params FILE --fit"
+    lines = [f"combined leak judge, fitted on {found.get('pairs', '?')} (reply, component) pairs of the dev set's "
+             f"tune split ({found.get('positives', '?')} revealed), L2 {found.get('l2', '?')}:"]
+    for f, w in found["weights"].items():
+        lines.append(f"  {f:<14} {w:+8.3f}")
+    cut = found["cut"]
+    logit = math.log(cut / (1 - cut)) if 0 < cut < 1 else float("inf")
+    lines.append(f"a component is revealed when the probability is at least {cut:.3f} (weighted sum >= {logit:+.2f}); "
+                 f"tune pair accuracy {found.get('tune_pair_accuracy', '?')}")
+    bare = found.get("without_model")
+    if bare:
+        lines.append("without log-probabilities (some hosted APIs): " + ", ".join(
+            f"{f} {w:+.3f}" for f, w in bare["weights"].items()) + f"; cut {bare['cut']:.3f}, "
+            f"tune pair accuracy {bare.get('tune_pair_accuracy', '?')}")
+    if found.get("source"):
+        lines.append(f"fitted on: {found['source']}")
+    return "\n".join(lines)
