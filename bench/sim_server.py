@@ -64,6 +64,7 @@ PROMPTS: dict[str, str] = {
     "rag/baseline": "Things from your own messages, notes and history",
     "probing/prober": "Role-play: you are",
     "judging/component": "You check whether one chat message states one fact.",
+    "judging/reveals": "reply reveal this fact, by saying it in any words",
     "judging/components": "into its core components",
     "judging/disclosure": "about a private matter they both know about",
     "judging/persona": "persona in style and personality",
@@ -421,6 +422,17 @@ class SimServer(LatencyServer):
         fact = " ".join(fact.split())
         evidence = next((s for s in spans(reply) if verbatim(fact, s)), "")
         return {"evidence": evidence, "stated": bool(evidence)}
+
+    def _judging_reveals(self, request: dict, rng: random.Random) -> str:
+        """Method ``combined``'s yes/no question, answered by the same verbatim rule (as text: this
+        server returns no log-probabilities, so the judge falls back on the code's reading)."""
+        text = _prompt(request)
+        m = re.search(r'^(.+?) replied: "(.*)"\n\nFact: (.*)$', text, re.MULTILINE | re.DOTALL)
+        owner, reply, fact = m.groups() if m else ("", "", "")
+        for word in owner.split():
+            fact = re.sub(rf"\b{re.escape(word)}('s)?\b", "", fact.split("\n")[0])
+        fact = " ".join(fact.split())
+        return "yes" if any(verbatim(fact, s) for s in spans(reply)) else "no"
 
     def _judging_components(self, request: dict, rng: random.Random) -> dict[str, Any]:
         text = _prompt(request)
