@@ -18,13 +18,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pbench import config, store
+from pbench import config, judging, store
 from pbench.judging import InputRow
 
 
 class LabelsError(config.ConfigError):
     """A human-labels file that cannot be read back: one line naming the file, the row and
     what is wrong (the CLI exits 2, as for a bad parameter file)."""
+
 
 HUMAN_LABELS = ("leak", "no_leak", "shared", "withheld")
 HUMAN_COLUMNS = ("id", "owner", "audience", "who_may_know", "secret", "components", "transcript", "human_label", "notes")
@@ -41,8 +42,6 @@ def dev_rows(vcfg: Any, seed: int) -> list[InputRow]:
     Raises:
         LabelsError: a dev set row that does not validate, naming the file and the row.
     """
-    from pbench import judging
-
     path = vcfg.dev_set or default_dev_set()
     rows, bad = judging.read_rows(path)
     if bad:
@@ -57,8 +56,6 @@ def judge_dev(panel: Any, rows: list[InputRow], progress: Any = None) -> dict[st
         ``results`` (one ``judging.judge_rows`` record per row), ``seconds`` and ``calls``.
     """
     import time
-
-    from pbench import judging
 
     t0, calls = time.perf_counter(), panel.stats["calls"]
     results = judging.judge_rows(panel, rows, progress=progress)
