@@ -125,7 +125,7 @@ def scoring(rows: list[dict[str, Any]], seed: int = 0, cluster: str = "secret", 
     from pbench import findings
 
     found = findings.findings(rows, seed, cluster, errors)  # type: ignore[arg-type]
-    judged = {f.text for f in findings.judges(errors)}
+    judged = {f.text for f in findings.judges(errors) if not f.text.startswith("Comparisons")}  # 06 compares
     keep = [f for f in found if f.section == "Overall" or (f.section == "What cannot be concluded" and (
         f.text.startswith("The run is small") or "could not be scored" in f.text or f.text in judged))]
     return findings.markdown(keep, level=4) + "\nStage 06 compares prompts, defences, strategies and targets.\n"
