@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pbench import metrics, store
+from pbench import correction, metrics, store
 
 RATE_METRICS = ("LR", "OSR", "IRR")
 
@@ -258,9 +258,8 @@ def headline(long) -> dict[str, str]:
             figure = f"{100 * r['value']:.1f}% [{100 * r['lo']:.0f}, {100 * r['hi']:.0f}]"
         out[label] = f"{figure} ({counted}{', ' + secrets if secrets else ''}{unscored})"
         if "correction" in r and isinstance(r["correction"], str) and r["correction"]:
-            fixed = (f"{100 * r['corrected']:.1f}% [{100 * r['corrected_lo']:.0f}, {100 * r['corrected_hi']:.0f}] "
-                     f"{r['correction']}" if r["corrected"] == r["corrected"] else r["correction"])
-            out[label] += f"{SEPARATOR}{fixed}"
+            fixed = correction.figure(r)
+            out[label] += f"{SEPARATOR}{fixed + ' ' if fixed else ''}{r['correction']}"
     return out
 
 
@@ -308,8 +307,6 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
 
     from pbench import findings
     from pbench.figures import save
-
-    from pbench import correction
 
     parts, rows, errors = [], {}, {}
     for d, name in zip(run_dirs, run_names(run_dirs), strict=True):

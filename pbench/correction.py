@@ -347,10 +347,18 @@ def summary(errors: dict[str, JudgeError]):
     return pd.DataFrame(out).set_index("judge") if out else pd.DataFrame()
 
 
+def figure(r: Any) -> str:
+    """A corrected rate (``corrected`` and its bounds, from ``corrected`` or a long-table row)
+    as ``16.0% [5, 38]``; "" when there is none."""
+    if r.get("corrected") != r.get("corrected") or r.get("corrected") is None:  # NaN or absent
+        return ""
+    return f"{100 * r['corrected']:.1f}% [{100 * r['corrected_lo']:.0f}, {100 * r['corrected_hi']:.0f}]"
+
+
 def cell(r: Any) -> str:
     """A long-table row's corrected figure, ``16.0% [5, 38]``, or why there is none."""
-    if r.get("corrected") == r.get("corrected"):  # not NaN
-        return f"{100 * r['corrected']:.1f}% [{100 * r['corrected_lo']:.0f}, {100 * r['corrected_hi']:.0f}]"
+    if fixed := figure(r):
+        return fixed
     why = r.get("correction") or ""
     if r.get("n", 0) == 0:
         return ""

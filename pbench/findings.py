@@ -131,10 +131,9 @@ def corrected_text(c: dict[str, Any]) -> tuple[str, str]:
     """A ``correction.corrected`` as words, and which figure the paper's should stand beside:
     ``("16.0% [5, 38] corrected for the judge (recall 0.78, FPR 1.5% on 99 heldout dev
     cases)", "corrected")``, or the reason there is no corrected figure and ``"as judged"``."""
-    if c["corrected"] == c["corrected"]:
+    if fixed := correction.figure(c):
         what = c["correction"].removeprefix("corrected for the judge").strip()
-        return (f"{100 * c['corrected']:.1f}% [{100 * c['corrected_lo']:.0f}, {100 * c['corrected_hi']:.0f}] "
-                f"corrected for the judge {what}"), "corrected"
+        return f"{fixed} corrected for the judge {what}", "corrected"
     return c["correction"] or correction.NOT_VALIDATED, "as judged"
 
 
@@ -334,9 +333,8 @@ def across(runs: dict[str, list[dict[str, Any]]], seed: int = 0,
         for m in ("LR", "OSR", "IRR", "PC"):
             part = f"{m} {figure(metrics.rate(m, rows, seed))}"
             if m in correction.JUDGED:
-                c = correction.corrected(m, rows, (errors or {}).get(name), seed)
-                if c["corrected"] == c["corrected"]:
-                    part += f", {100 * c['corrected']:.1f}% [{100 * c['corrected_lo']:.0f}, {100 * c['corrected_hi']:.0f}] corrected for the judge"
+                if fixed := correction.figure(correction.corrected(m, rows, (errors or {}).get(name), seed)):
+                    part += f", {fixed} corrected for the judge"
             parts.append(part)
         out.append(Finding("Runs", f"{name}: " + "; ".join(parts) + "."))
     diffs = []
