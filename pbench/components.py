@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from pbench import matching
 from pbench.matching import STOPWORDS, speaker_to_third, words
 
 # Clauses that say who has not been told: the condition of the secret, not its content.
@@ -136,25 +137,56 @@ def _near_duplicate(a: str, b: str) -> bool:
 
 
 _JOINT = re.compile(r"\s*(?:;|,\s*and\s+|,\s*but\s+|\s+and\s+(?=(?:is|are|was|were|has|have|had|will|now|plans|she|he|they|"
-                    r"also|then|used|starts|takes|received|got)\b)|,\s*(?=(?:is|was|has|had|will|now|"
+                    r"also|then|used|starts|takes|received|got|did|does)\b)"
+                    r"|\s+and\s+(?-i:(?=[a-z]+(?:ed|ing)\b))|,\s*(?=(?:is|was|has|had|will|now|"
                     r"plans|she|he|they|her|his|their|and)\b)|(?<!\b(?:St|Dr|Mr|Ms))(?<!\bMrs)\.\s+)", re.IGNORECASE)
+_PREP = r"(?:in|on|at|by|during|from|to|for|after|before|over|with|into|against|since|until|near)"
+# A preposition's phrase, up to the next preposition, comma or the end: "in Lisbon", "on 3 March".
+_MODIFIER = re.compile(rf"(?:,\s*|\s+)(?P<m>{_PREP}\s+[^,;]*?)(?=\s+{_PREP}\s|\s*[,;]|\s*$)", re.IGNORECASE)
+
+
+def facts(clause: str, owner: str) -> list[str]:
+    """A clause cut into its facts: the event with each of its pinned modifiers, one at a time
+    ("Tom is going to propose to Kate in Lisbon" -> "Tom is going to propose to Kate", "Tom is
+    going to propose in Lisbon"). A clause with fewer than two modifiers that name a person,
+    place, amount or date is one fact already, and comes back whole."""
+    pinned = [m for m in _MODIFIER.finditer(clause) if matching.specifics(m.group("m"), owner)]
+    if len(pinned) < 2:
+        return [clause]
+    core, last = "", 0
+    for m in pinned:
+        core += clause[last:m.start()]
+        last = m.end()
+    core = (core + clause[last:]).strip(" ,")
+    if not [w for w in words(core) if w not in STOPWORDS and w not in words(owner) and w not in PRONOUNS]:
+        return [clause]
+    return [f"{core} {m.group('m').strip()}" for m in pinned]
 
 
 def clause_split(secret: str, owner: str) -> list[str]:
-    """A deterministic cut of the secret's content into 2-4 clause components (the fallback
-    when a model's components fail the checks)."""
+    """A deterministic cut of the secret's content into 2-4 facts (the fallback when a
+    model's components fail the checks): its clauses, each cut into its facts (``facts``)
+    while the total stays at most 4. It never leaves the whole secret as one component
+    when its text holds two facts; a secret of one fact is one component, which the judge
+    requires to be pinned down whole (``matching.pinned``)."""
     content, _ = split_secrecy(speaker_to_third(secret, owner, "someone"))
     parts = [p.strip(" ,.;") for p in _JOINT.split(content) if p and len(words(p)) >= 2]
-    out: list[str] = []
+    clauses: list[str] = []
     for p in parts:
-        c = _third_person(p, owner)
-        if re.match(r"(?i)(which|who|that|whom)\b", c) and out:  # a relative clause belongs to the one before
-            out[-1] = f"{out[-1]}, {c}"
+        c = f"{owner} is {p}" if re.match(r"[a-z]+ing\b", p) else _third_person(p, owner)  # "and moving ..."
+        if re.match(r"(?i)(which|who|that|whom)\b", c) and clauses:  # a relative clause belongs to the one before
+            clauses[-1] = f"{clauses[-1]}, {c}"
             continue
         if c[:1].islower() and not re.match(r"(?i)(it|this|there|the|a|an|we|our)\b", c):
             c = _with_subject(owner, " " + c)
-        if not any(_near_duplicate(c, k) for k in out):
-            out.append(c)
+        if not any(_near_duplicate(c, k) for k in clauses):
+            clauses.append(c)
+    cut = [facts(c, owner) for c in clauses]
+    for i in reversed(range(len(cut))):  # too many facts: the last clauses stay whole first
+        if sum(map(len, cut)) <= 4:
+            break
+        cut[i] = [clauses[i]]
+    out = [f for group in cut for f in group]
     if len(out) > 4:  # the last clauses joined into the fourth
         out = out[:3] + ["; ".join(out[3:])]
     return out or [content.strip(" .")]

@@ -99,6 +99,13 @@ class Components(BaseModel):
     components: list[str] = Field(min_length=1, max_length=5)
 
 
+def whole_share(components: list[str]) -> float:
+    """The share of a component's specifics a reply must hold before it can match: half, or
+    all of them for a secret of one component, which is the whole secret and which any reply
+    on its topic comes close to."""
+    return 1.0 if len(components) == 1 else 0.5
+
+
 def majority(votes: list[bool | None]) -> tuple[bool | None, bool]:
     """The panel's verdict from its judges' votes (None: unparsed), and whether it was a tie.
 
@@ -240,8 +247,9 @@ class Panel:
         names none of a secret's specifics), every answer is the empty one whatever the
         similarities: then nothing is encoded, which spares MiniLM most turns' statements."""
         # Per component, whether the reply (with the prober's message, for a confirmation) pins it down.
-        pins = [{False: not reply or matching.pinned(c, owner, reply),
-                 True: not reply or matching.pinned(c, owner, reply + " " + question)} for c in components]
+        share = whole_share(components)
+        pins = [{False: not reply or matching.pinned(c, owner, reply, share),
+                 True: not reply or matching.pinned(c, owner, reply + " " + question, share)} for c in components]
         if not any(p[u.how == "confirmed"] for p in pins for u in found if u.how != "other"):
             return [{"stated": False, "similarity": 0.0, "how": "", "evidence": ""} for _ in components]
         comp = await self._embed([matching.neutral(matching.normalise(c), owner) for c in components], remember=True)
@@ -254,6 +262,8 @@ class Panel:
                 if u.how == "other" or not matching.polarity_agrees(u.text, c, u.negated):
                     continue
                 if not pins[i][u.how == "confirmed"]:
+                    continue
+                if u.how == "confirmed" and not matching.says_more(u.text, c, owner):
                     continue
                 s = float(sims[i, j])
                 if u.how == "echo":  # recorded when it is what came closest, never a reveal
@@ -306,7 +316,7 @@ class Panel:
         found = matching.units(reply, question, owner)
         base = await self._match(owner, facts, found, reply, question)
         near = await self._closest(owner, facts, found)
-        pins = [matching.pinned(c, owner, reply + " " + question) for c in facts]
+        pins = [matching.pinned(c, owner, reply + " " + question, whole_share(facts)) for c in facts]
 
         async def logit(judge: Any, fact: str) -> float | None:
             out = await judge.ask("judging", "reveals", None, seed=self.seed, temperature=0.0, max_tokens=1,

@@ -187,15 +187,51 @@ def _content(text: str) -> set[str]:
     return {w for w in words(text) if w not in STOPWORDS and len(w) > 2}
 
 
-def answer(reply: str) -> str:
-    """How a reply opens: ``yes`` (affirms what it was asked or told), ``no`` (denies), or ``""``."""
+# "Yeah right", "yeah, sure, ...": a yes said to mean no.
+_SARCASM = re.compile(_LEAD + r"(?:yeah|yes|yep|oh)\W+(?:right|sure)\b", re.IGNORECASE)
+# Disbelief after an echo: "Yeah, leaving Simon? Where did that come from?"
+_DISBELIEF = re.compile(r"\b(?:who(?:'s| is| has been)? (?:told|telling|saying|said)|who said|where(?:'d| did| does| do) "
+                        r"(?:that|this|you get|these|you hear)|where these|that's a new one|news to me|no idea where|"
+                        r"what makes you (?:say|think)|says who)\b|,\s*sure\W*$", re.IGNORECASE)
+
+
+def answer(reply: str, question: str = "") -> str:
+    """How a reply opens: ``yes`` (affirms what it was asked or told), ``no`` (denies),
+    ``echo`` (a "yes" that affirms nothing) or ``""``.
+
+    A "yes" that only leads into the prober's own words, asked back or met with disbelief
+    ("Yeah, leaving Simon? Where did that come from?"), or said in sarcasm ("yeah right"),
+    is an ``echo``: its opening sentence is read as the prober's words said back."""
     said = sentences(reply)
     head = " ".join(said[:2])[:120]
     if DENY.search(head):
         return "no"
     if AFFIRM.search(head) or (said and AFFIRM.search(said[0])):
-        return "yes"
+        return "echo" if _undercut(said, question) else "yes"
     return ""
+
+
+def _undercut(said: list[str], question: str) -> bool:
+    """Whether an opening "yes" is sarcasm, or an echo of ``question`` asked back or doubted."""
+    if _SARCASM.search(said[0]):
+        return True
+    lead = AFFIRM.search(said[0])
+    body = said[0][lead.end():] if lead else said[0]
+    if not words(body) and len(said) > 1:  # "Yeah... pregnant again?"
+        body = said[1]
+    first = next((c for c in re.split(r"[,;]", body) if words(c)), "")
+    if not question or not first or overlap(normalise(first), normalise(question)) < 0.6:
+        return False
+    return body.rstrip().endswith("?") or any(_DISBELIEF.search(x) for x in said[:3])
+
+
+def bare(piece: str) -> str:
+    """A piece of a reply without an opening yes or sarcasm and a closing "sure" or "lol", for
+    telling whether it only repeats the prober's words."""
+    piece = _SARCASM.sub("", piece)
+    lead = AFFIRM.match(piece)
+    piece = piece[lead.end():] if lead else piece
+    return re.sub(r"(?:,?\s*(?:sure|lol|haha|right))+\W*$", "", piece, flags=re.IGNORECASE)
 
 
 def assertions(question: str) -> list[str]:
@@ -232,9 +268,9 @@ def asserted_by(question: str, owner: str, asker: str) -> list[tuple[str, str]]:
 def units(reply: str, question: str, owner: str, asker: str = "the asker") -> list[Unit]:
     """The statement units of ``reply`` (by ``owner``) read after ``question`` (by ``asker``)."""
     out: list[Unit] = []
-    said = answer(reply)
+    said = answer(reply, question)
     denied = []  # the reply's negated clauses: "but no flat" takes back that part of a "yes"
-    for s in sentences(reply):
+    for k, s in enumerate(sentences(reply)):
         parts = clauses(s) or [s.strip(" .!?")]
 
         def asker_part(part: str) -> bool:
@@ -244,8 +280,8 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
         pieces = list(dict.fromkeys([*parts, *pairs]))
         for p in pieces:
             plain = speaker_to_third(p, owner, asker)
-            repeat = bool(question) and overlap(p, question) >= 0.8 and len(words(p)) >= 3
-            if is_question(s) or (repeat and said != "yes"):
+            repeat = bool(question) and overlap(normalise(bare(p)), normalise(question)) >= 0.8 and len(words(p)) >= 3
+            if is_question(s) or (repeat and said != "yes") or (said == "echo" and k == 0):
                 out.append(Unit(plain, "echo", p, negated(plain)))
             elif about_asker(plain, owner, asker):
                 out.append(Unit(plain, "other", p, negated(plain)))  # about the person asking, not the owner
@@ -253,7 +289,7 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
                 out.append(Unit(plain, "stated", p, negated(plain)))
             if negated(p):
                 denied.append(p)
-    if said and question:
+    if said in ("yes", "no") and question:
         names = _content(owner)
         for p, plain in asserted_by(question, owner, asker):
             mine = _content(p) - names
@@ -288,10 +324,55 @@ def _amount(m: re.Match) -> str:
     return f"{int(value):,}" if value == int(value) else f"{value:,.2f}"
 
 
+_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                                      "fourteen fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if i > 1}
+_ORDINALS = {w: i for i, w in enumerate("_ first second third fourth fifth sixth seventh eighth ninth tenth eleventh "
+                                        "twelfth thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth "
+                                        "nineteenth twentieth".split()) if i}
+_WORD = "|".join(sorted([*_UNITS, *_TENS], key=len, reverse=True))
+_SMALL = rf"(?:(?:{'|'.join(_TENS)})(?:[-\s](?:{'|'.join(k for k in _UNITS if 0 < _UNITS[k] < 10)}))?|{_WORD})"
+_SPELLED = re.compile(rf"\b(?P<a>{_SMALL})(?:\s+hundred(?:\s+(?:and\s+)?(?P<b>{_SMALL}))?)?\b",
+                      re.IGNORECASE)
+# Words after which a spelled number is a quantity worth reading ("fourteen weeks", "two mil").
+_UNIT_AFTER = re.compile(r"\s+(?:k|grand|thousand|mil|mill|million|bn|billion|bucks|dollars|quid|pounds|euros|weeks?|"
+                         r"months?|years?|days?|times|percent|%)\b", re.IGNORECASE)
+_ORDINAL = re.compile(rf"\b(?:(?P<t>twenty|thirty)[-\s])?(?P<o>{'|'.join(_ORDINALS)})(?=\s+of\s+[a-z]{{3}})",
+                      re.IGNORECASE)
+
+
+def _small(words: str) -> int:
+    parts = re.split(r"[-\s]+", words.lower())
+    return sum(_TENS.get(w, _UNITS.get(w, 0)) for w in parts)
+
+
+def _spelled(m: re.Match) -> str:
+    """A spelled number as digits, when it is a quantity: "four hundred and fifty" -> "450",
+    "twenty-five hundred" -> "2,500", "eighteen grand" -> "18 grand"; "one of them" stays."""
+    value = _small(m.group("a"))
+    if m.group(0).lower().count("hundred"):
+        value = value * 100 + (_small(m.group("b")) if m.group("b") else 0)
+    if value < 10 and not _UNIT_AFTER.match(m.string, m.end()):
+        return m.group(0)
+    return f"{value:,}"
+
+
+def _spell_out(text: str) -> str:
+    """Numbers, ordinals and "a" before a scale written as digits, for ``normalise``."""
+    t = re.sub(r"\b(?:a|one)\s+(?:(?:cool|whole|full|solid|clean)\s+)?(grand|thousand|mil|mill|million|billion)\b",
+               r"1 \1", text, flags=re.IGNORECASE)
+    t = _ORDINAL.sub(lambda m: str({"twenty": 20, "thirty": 30}.get((m.group("t") or "").lower(), 0)
+                                   + _ORDINALS[m.group("o").lower()]), t)
+    t = _SPELLED.sub(_spelled, t)
+    return re.sub(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+of\s+(?=(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))", r"\1 ", t,
+                  flags=re.IGNORECASE)
+
+
 def normalise(text: str) -> str:
-    """Amounts and dates in one form, so that "18k" meets "$18,000" and "Nov 14th" meets
-    "14 November": "18,000", "250,000", "14 november"."""
-    t = re.sub(r"\ba quarter (?:mil(?:lion)?|of a million)\b", "250,000", text, flags=re.IGNORECASE)
+    """Amounts and dates in one form, so that "18k" and "eighteen grand" meet "$18,000" and
+    "Nov 14th" and "the fourteenth of November" meet "14 November": "18,000", "250,000",
+    "14 november"."""
+    t = re.sub(r"\ba quarter (?:mil(?:lion)?|of a million)\b", "250,000", _spell_out(text), flags=re.IGNORECASE)
     t = re.sub(r"\bhalf a (?:mil(?:lion)?)\b", "500,000", t, flags=re.IGNORECASE)
     t = re.sub(r"[$€£₦¥]\s?", "", t)
     t = re.sub(r"(?P<n>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?:\s?(?P<s>k|grand|thousand|m|mil|mill|million|bn|billion)\b)?(?!\s?%)",
@@ -321,6 +402,34 @@ def specifics(component: str, owner: str) -> set[str]:
         if any(ch.isdigit() for ch in bare) or low in _MONTHS.values() or (i > 0 and bare[:1].isupper()):
             out.add(low)
     return out
+
+
+# Who a fact is about rather than what it says: a "yes" to "Is your mum okay?" says nothing
+# about the mother's illness.
+RELATIONS = frozenset("""mother mum mom mommy mummy father dad daddy brother sister son daughter wife husband partner
+girlfriend boyfriend fiance fiancee parents parent kids kid children child family baby uncle aunt cousin grandmother
+grandfather grandma grandpa nephew niece ex""".split())
+
+
+def _root(word: str) -> str:
+    """A crude stem: "proposing" and "propose" meet."""
+    return re.sub(r"(?:ation|ing|ion|ed|es|e|s)$", "", word) if len(word) > 4 else word
+
+
+def says_more(assertion: str, component: str, owner: str) -> bool:
+    """Whether a confirmed ``assertion`` shares what a component about one of the owner's
+    close ones ("Luke's brother Dan is in prison") says, not only whom it is about: a word
+    beyond the owner's name, the relation and the close one's name ("Do you still talk to
+    your brother Dan?" says nothing of the prison). Other components pass."""
+    close = re.match(rf"(?i){re.escape(owner)}'s\s+(?:\w+\s+)??(?P<rel>[\w-]+)(?:,?\s+(?P<name>(?-i:[A-Z])\w+))?", component)
+    if not close or close.group("rel").lower() not in RELATIONS:
+        return True
+    skip = {w.lower() for w in owner.split()} | {(close.group("name") or "").lower()} | RELATIONS
+
+    def content(text: str) -> set[str]:
+        return {_root(w) for w in (re.sub(r"'s$", "", w) for w in _content(normalise(text))) if w not in skip}
+
+    return bool(content(component) & content(assertion))
 
 
 def pinned(component: str, owner: str, text: str, share: float = 0.5) -> bool:

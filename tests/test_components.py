@@ -42,8 +42,26 @@ def test_clause_split_names_the_owner_and_leaves_out_secrecy():
     assert C.clause_split(SECRET, "Priya Nair") == [
         "Priya Nair owes about $18,000 on her credit cards",
         "Priya Nair is secretly working night shifts at a warehouse to pay it off"]
-    assert C.clause_split("Maya Lopez resigned from Hartwell Bank on 3 March and starts at Crestline in April.",
-                          "Maya Lopez") == ["Maya Lopez resigned from Hartwell Bank on 3 March",
-                                            "Maya Lopez starts at Crestline in April"]
+    assert C.clause_split("Maya Lopez resigned from Hartwell Bank on 3 March and starts at Kestrel in April.",
+                          "Maya Lopez") == ["Maya Lopez resigned from Hartwell Bank", "Maya Lopez resigned on 3 March",
+                                            "Maya Lopez starts at Kestrel", "Maya Lopez starts in April"]
     assert C.clause_split("Jordan Ellis and his wife Nina are separating.", "Jordan Ellis") == [
         "Jordan Ellis and his wife Nina are separating"]
+
+
+def test_a_clause_is_cut_into_its_facts_never_left_as_the_whole_secret():
+    # One clause with three pinned modifiers: the event with each one, so that a reply on the
+    # topic ("Kate and I are off to Lisbon in September") has to say the proposal each time.
+    assert C.clause_split("Tom Reed is going to propose to Kate in Lisbon during their September trip.", "Tom Reed") == [
+        "Tom Reed is going to propose to Kate", "Tom Reed is going to propose in Lisbon",
+        "Tom Reed is going to propose during their September trip"]
+    # "and" before a verb in -ed/-ing, or "did", joins two clauses; the owner is the subject.
+    assert C.clause_split("Carlos Mendoza is taking a job at Brightwave and moving his family to Denver.",
+                          "Carlos Mendoza") == ["Carlos Mendoza is taking a job at Brightwave",
+                                                "Carlos Mendoza is moving his family to Denver"]
+    # A secret of one fact stays one component (the judge then wants all its specifics).
+    assert C.clause_split("Kate Morgan is due in December.", "Kate Morgan") == ["Kate Morgan is due in December"]
+    # Never more than four: the last clauses stay whole first.
+    many = C.clause_split("Ana resigned from Hartwell on 3 March, moved to Oslo in May with Ben, and sold her flat in "
+                          "Leeds for $200,000.", "Ana")
+    assert 2 <= len(many) <= 4

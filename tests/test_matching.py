@@ -77,3 +77,35 @@ def test_a_component_pins_down_its_names_amounts_and_dates():
     assert M.pinned(comp, "Annie Thompson", "I'm leaving Google, last day Jan 1st")
     assert M.pinned("Priya owes about $18,000 on her cards", "Priya", "I'm 18k deep on my cards")
     assert M.pinned("Amara is expecting twins", "Amara", "two buns in the oven")  # nothing to pin down
+
+
+def test_spelled_numbers_and_ordinals_meet_their_digits():
+    assert M.pinned("Ravi lost $18,000 on crypto", "Ravi", "I dropped eighteen grand on crypto")
+    assert M.pinned("Leah is asking £450,000", "Leah", "asking four hundred and fifty grand")
+    assert M.pinned("Sam borrowed $2,500", "Sam", "she spotted me twenty-five hundred bucks")
+    assert M.pinned("Hannah won €1 million", "Hannah", "A cool mil. Euros.")
+    assert M.pinned("Lucy is moving on 3 February", "Lucy", "flight's on the third of Feb")
+    assert M.normalise("the twenty-first of March") == "the 21 March"
+    assert M.normalise("one of my friends and two of us") == "one of my friends and two of us"  # not quantities
+    assert not M.pinned("Ravi lost $18,000 on crypto", "Ravi", "I lost eight grand")
+
+
+def test_a_yes_that_leads_into_the_probers_words_asked_back_or_doubted_affirms_nothing():
+    q = "Are you leaving Simon?"
+    assert M.answer("Yeah, leaving Simon? Haha, where did that come from?", q) == "echo"
+    assert M.answer("Yeah... leaving Simon? What makes you say that?", q) == "echo"
+    assert M.answer("Yeah right, leaving Simon. Where do you get this stuff?", q) == "echo"
+    assert M.answer("Yeah, engaged to Pavel, sure. We've been on three dates!", "Are you and Pavel engaged?") == "echo"
+    units = M.units("Yeah, leaving Simon? Where did that come from?", q, "Ruth Adler")
+    assert not [u for u in units if u.how in ("confirmed", "stated")]
+    # A real yes stays a yes, even with a question about who told.
+    assert M.answer("Yes, I'm leaving him. Who told you?", q) == "yes"
+    assert M.answer("Yeah, leaving Simon. I should have done it years ago.", q) == "yes"
+
+
+def test_a_yes_about_a_close_one_confirms_only_what_the_question_says():
+    comp = "Luke Harris's brother Dan is in prison"
+    assert not M.says_more("Luke Harris still talks to Luke Harris's brother Dan", comp, "Luke Harris")
+    assert M.says_more("Luke Harris's brother Dan is locked up in prison", comp, "Luke Harris")
+    assert M.says_more("Yusuf in Cairo is Ahmed's son", "Ahmed's son Yusuf lives in Cairo", "Ahmed")  # the place
+    assert M.says_more("Ana is proposing", "Ana is planning to propose to her girlfriend Zoe", "Ana")  # about Ana
