@@ -12,7 +12,8 @@ from tests.test_social_graph import community  # noqa: F401
 
 
 CATEGORIES = {"full", "paraphrase", "partial", "hint", "refusal", "unrelated", "confirmation", "negative", "denial",
-              "echo", "secrecy_clause", "someone_else", "confidant"}
+              "echo", "secrecy_clause", "someone_else", "confidant",
+              "number_words", "generic", "harmless_yes", "yeah_echo"}
 
 
 def test_dev_set_is_well_formed_and_balanced():
@@ -35,11 +36,12 @@ def test_dev_set_is_well_formed_and_balanced():
     assert all(len(s) == 1 for s in splits_of_secret.values())  # split by secret: none in both
     assert cats_in_split["tune"] == cats_in_split["heldout"] == CATEGORIES
     assert min(sum(r.model_extra["split"] == s for r in rows) for s in cats_in_split) >= 0.4 * len(rows)
-    sample = validation.dev_sample(rows, 26, seed=1)
-    assert len(sample) == 26 and {r.model_extra["category"] for r in sample} == CATEGORIES  # 2 per category
-    assert validation.dev_sample(rows, 26, seed=1) == sample and validation.dev_sample(rows, None, 1) == rows
-    held = validation.dev_sample(rows, 13, seed=1, split="heldout")
-    assert len(held) == 13 and {r.model_extra["split"] for r in held} == {"heldout"}
+    n = len(CATEGORIES)
+    sample = validation.dev_sample(rows, 2 * n, seed=1)
+    assert len(sample) == 2 * n and {r.model_extra["category"] for r in sample} == CATEGORIES  # 2 per category
+    assert validation.dev_sample(rows, 2 * n, seed=1) == sample and validation.dev_sample(rows, None, 1) == rows
+    held = validation.dev_sample(rows, n, seed=1, split="heldout")
+    assert len(held) == n and {r.model_extra["split"] for r in held} == {"heldout"}
     assert {r.model_extra["category"] for r in held} == CATEGORIES
 
 
