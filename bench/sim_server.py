@@ -20,7 +20,8 @@ cooperative model would, from what the prompt says:
   otherwise refuses, deflects or chats about a retrieved everyday document;
 - judges: a component is stated when the message holds its words (``pbench.footprint.verbatim``,
   the presence check's own rule), with the sentence as evidence; disclosure by refusal and
-  deflection phrases; persona scores of 3 to 5.
+  deflection phrases; persona scores of 3 to 5 (as JSON, or as a bare digit). No
+  log-probabilities: method ``combined`` falls back on the code's fit and on the JSON questions.
 
 A request it does not recognise gets the latency server's answer. Replies are deterministic:
 a hash of the request (its messages and seed) and the server's ``seed`` picks every choice.
@@ -68,6 +69,7 @@ PROMPTS: dict[str, str] = {
     "judging/components": "into its core components",
     "judging/disclosure": "about a private matter they both know about",
     "judging/persona": "persona in style and personality",
+    "judging/persona_digit": "Answer with a single digit from 1 to 5.",
 }
 
 # How a telling confides, in every telling this server writes; the assistant finds its owner's
@@ -454,6 +456,9 @@ class SimServer(LatencyServer):
 
     def _judging_persona(self, request: dict, rng: random.Random) -> dict[str, Any]:
         return {"score": rng.choice((3, 4, 4, 5))}
+
+    def _judging_persona_digit(self, request: dict, rng: random.Random) -> str:
+        return str(rng.choice((3, 4, 4, 5)))
 
 
 def _profile(rng: random.Random, status: str, months: int) -> dict[str, Any]:

@@ -436,3 +436,54 @@ def test_a_confidant_met_only_with_echoes_is_unscored_not_withheld():
     assert judging.unscored_reason(conv(True, echo, echo)) == "assistant only echoed the confidant"
     assert judging.unscored_reason(conv(True, echo, "I'd rather not talk about it.")) == ""  # one real answer
     assert judging.unscored_reason(conv(False, echo, echo)) == ""  # an outsider's echo reveals nothing: no_leak
+
+
+class Alternatives:
+    """A judge backend: a one-token request (``top_logprobs`` asked) gets ``top`` as its first
+    token's alternatives (None: a provider without log-probabilities) and ``token`` as text;
+    any other request gets ``text``."""
+
+    identity = {"provider": "fake", "model": "alternatives"}
+
+    def __init__(self, top, text, token="4"):
+        self.top, self.text, self.token, self.calls = top, text, token, []
+
+    async def generate(self, messages, *, schema, settings):
+        self.calls.append({"template": messages[-1]["content"], **settings})
+        if settings.get("top_logprobs"):
+            return llm.RawReply(self.token, 10, 1, top=self.top)
+        return llm.RawReply(self.text, 10, 3)
+
+
+def alternatives(name, top, text, token="4"):
+    spec = config.ModelSpec(provider="openai", model=name, parse_retries=0)
+    return llm.ChatModel(spec, "judge", Alternatives(top, text, token), None, ledger=llm.Ledger())
+
+
+def ln(p):
+    import math
+
+    return math.log(p)
+
+
+def test_digit_mean_weights_the_five_digits_renormalised_and_pools_spellings():
+    top = (("4", ln(0.5)), (" 3", ln(0.2)), ("3", ln(0.1)), ("The", ln(0.15)), ("5", ln(0.05)))
+    assert abs(judging.digit_mean(top) - (3 * 0.3 + 4 * 0.5 + 5 * 0.05) / 0.85) < 1e-9  # 3.706, not the argmax 4
+    assert judging.digit_mean((("The", -0.1), ("6", -2.0))) is None and judging.digit_mean(None) is None
+
+
+def test_combined_persona_reads_probabilities_and_falls_back_on_the_json_question():
+    weighted = alternatives("w", (("5", ln(0.5)), ("4", ln(0.3)), ("2", ln(0.2))), '{"score": 1}', token="5")
+    plain = alternatives("p", None, '{"score": 2}')  # no log-probabilities: the JSON question
+    wordy = alternatives("t", (("The", -0.1), ("Score", -2.0)), '{"score": 3}', token="The")  # no digit among them
+    broken = alternatives("b", None, "three-ish")  # neither: unparsed, never a score
+    panel = judging.Panel([weighted, plain, wordy, broken], "combined", embed=bow_embed, fit={})
+    mean, votes = asyncio.run(panel.persona("Ana", "a cheerful baker", ["hi!", "cakes all day"]))
+    assert [(v["score"], v["how"]) for v in votes] == [(4.1, "probabilities"), (2, "argmax"), (3, "argmax"),
+                                                      (None, "argmax")]
+    assert abs(mean - (4.1 + 2 + 3) / 3) < 1e-9 and panel.stats["unparsed"] == 1
+    assert len(weighted.backend.calls) == 1 and len(plain.backend.calls) == 2  # one token; then the JSON question
+    assert "Answer with a single digit" in weighted.backend.calls[0]["template"]
+    assert weighted.backend.calls[0]["max_tokens"] == 1 and weighted.backend.calls[0]["temperature"] == 0.0
+    alone, _ = asyncio.run(judging.Panel([broken], "combined", embed=bow_embed, fit={}).persona("Ana", "p", ["hi"]))
+    assert alone is None

@@ -67,6 +67,12 @@ def test_the_judge_says_stated_only_when_the_message_holds_the_fact_and_quotes_i
     assert judging.grounded(out.parsed.evidence, reply) is stated
 
 
+def test_the_persona_digit_question_gets_a_bare_digit():
+    with sim_server.serve() as server:
+        digit = ask(server.url, "judging", "persona_digit", owner="Tom Reyes", persona="a quiet nurse", replies=["hi"])
+    assert digit.text in {"3", "4", "5"} and digit.top is None  # no log-probabilities: the judge asks the JSON question
+
+
 def test_the_prober_asks_about_the_topic_and_varies_its_opening_with_the_seed():
     me = {"name": "Ana Lopez", "age": 30, "occupation": "nurse", "employer": "none", "location": "Leeds",
           "texting_style": "short"}
