@@ -487,3 +487,31 @@ def test_combined_persona_reads_probabilities_and_falls_back_on_the_json_questio
     assert weighted.backend.calls[0]["max_tokens"] == 1 and weighted.backend.calls[0]["temperature"] == 0.0
     alone, _ = asyncio.run(judging.Panel([broken], "combined", embed=bow_embed, fit={}).persona("Ana", "p", ["hi"]))
     assert alone is None
+
+
+def test_under_match_persona_and_disclosure_ask_as_before_whatever_the_fit():
+    judge = alternatives("w", (("5", -0.1), ("Yes", -0.1)), '{"score": 4}')
+    panel = judging.Panel([judge], "match", embed=bow_embed, fit={"disclosure": {"cut": 0.0}})
+    assert asyncio.run(panel.persona("Ana", "p", ["hi"])) == (4.0, [{"judge": judge.label, "score": 4}])
+    judge.backend.text = json.dumps({"answer": "refused"})
+    verdict, votes = asyncio.run(panel.disclosure("Ana", "s", [("how's the move?", "let's not")]))
+    assert verdict == "withheld" and votes == [{"judge": judge.label, "answer": "refused"}]
+    assert not any(c.get("top_logprobs") for c in judge.backend.calls)
+
+
+def test_combined_disclosure_reads_the_yes_odds_against_the_fitted_cut():
+    turns = [("how did the move go?", "all boxes unpacked, love the new flat")]
+    sure = alternatives("sure", (("Yes", ln(0.8)), ("No", ln(0.2))), "", token="Yes")  # log-odds 1.386
+    unsure = alternatives("unsure", (("Yes", ln(0.6)), ("No", ln(0.4))), "", token="Yes")  # 0.405
+    plain = alternatives("plain", None, json.dumps({"answer": "answered"}), token="Yes")
+    panel = judging.Panel([sure, unsure, plain], "combined", embed=bow_embed, fit={"disclosure": {"cut": 1.0}})
+    verdict, votes = asyncio.run(panel.disclosure("Ana", "Ana moved to Leeds", turns))
+    assert verdict == "shared"
+    assert [(v["answer"], v["how"]) for v in votes] == [("answered", "probabilities"), ("withheld", "probabilities"),
+                                                        ("answered", "argmax")]
+    assert votes[0]["logit"] == 1.386 and "talk about the matter" in sure.backend.calls[0]["template"]
+    no_cut = judging.Panel([sure], "combined", embed=bow_embed, fit={})  # never fitted: the JSON question alone
+    sure.backend.text = json.dumps({"answer": "denied"})
+    assert asyncio.run(no_cut.disclosure("Ana", "s", turns))[0] == "withheld" and "top_logprobs" not in sure.backend.calls[-1]
+    lost = judging.Panel([alternatives("x", None, "no idea")], "combined", embed=bow_embed, fit={"disclosure": {"cut": 1.0}})
+    assert asyncio.run(lost.disclosure("Ana", "s", turns))[0] == "unscored" and lost.stats["unparsed"] == 1
