@@ -130,7 +130,8 @@ def _judge(args: argparse.Namespace) -> int:
 
 
 def _fit(cfg: Any, args: argparse.Namespace) -> int:
-    """``pbench judge --fit``: the combined judge's weights from the labelled rows' tune split."""
+    """``pbench judge --fit``: the combined judge's weights and its confidants' cut, from the
+    labelled rows' tune split."""
     from pathlib import Path
 
     from tqdm import tqdm
@@ -147,7 +148,10 @@ def _fit(cfg: Any, args: argparse.Namespace) -> int:
     panel = judging.Panel(roles.panel("judge"), "combined", cfg.judging.match_threshold, cfg.seed, record=[])
     with tqdm(desc="tune rows", unit="row", disable=args.quiet) as bar:
         items = judgefit.pairs(panel, tune, progress=bar)
+        shares = judgefit.fit_cut(judgefit.disclosure_logits(panel, tune, progress=bar))
     found = judgefit.fit_both(items)
+    if shares is not None:  # a judge without log-probabilities: the JSON question decides confidants
+        found["disclosure"] = shares
     found["source"] = f"{src.name}, split tune; judge {', '.join(j.label for j in panel.judges)}"
     print(f"written: {judgefit.write(found)}")
     print(judgefit.explain(found))
@@ -256,8 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--input", help="JSONL transcripts (with --fit: the labelled dev set, by default ours)")
     j.add_argument("--output", help="JSONL verdicts (written whole at the end)")
     j.add_argument("--fit", action="store_true",
-                   help="fit the combined judge's weights on the input's tune split with this panel's judge model, "
-                        "write pbench/data/judge_fit.json, and print them")
+                   help="fit the combined judge's weights (and its confidants' shared/withheld cut) on the input's "
+                        "tune split with this panel's judge model, write pbench/data/judge_fit.json, and print them")
     j.add_argument("--explain", action="store_true", help="print the combined judge's fitted weights and stop")
     j.add_argument("--split", help="judge only the rows whose 'split' field is this (e.g. heldout)")
     j.add_argument("--derive", action="store_true", help="ignore the rows' components and derive them (audit)")

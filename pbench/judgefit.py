@@ -17,6 +17,11 @@ A logistic regression (L2-penalised, Newton's method) on the tune rows' per-comp
 fit's own figures to ``pbench/data/judge_fit.json`` by ``pbench judge --fit``; ``--explain``
 prints them. A second fit without the model term (``without_model``) decides where a
 provider returns no log-probabilities. The held-out split is judged with them, never fitted on.
+
+The same command fits the confidant judge's cut (``disclosure``): per tune row with a confidant
+(label ``shared``/``withheld``), the judge's log P(yes) - log P(no) that the owner talked about
+the matter (``Panel.shares_logit``); ``shared`` when it reaches the cut that classifies those rows
+best (``fit_cut``).
 """
 
 from __future__ import annotations
@@ -100,6 +105,43 @@ def fit_both(items: list[dict[str, Any]], l2: float = 1.0) -> dict[str, Any]:
     return found
 
 
+def disclosure_logits(panel: judging.Panel, rows: list[Any], progress: Any = None) -> list[dict[str, Any]]:
+    """Per labelled confidant row: the first judge's yes/no log-odds that the owner shared the
+    matter (None without log-probabilities) and whether the label is ``shared``."""
+    usable = [r for r in rows if r.authorised and (r.model_extra or {}).get("label") in ("shared", "withheld")]
+
+    async def one(row: Any) -> dict[str, Any]:
+        logit = await panel.shares_logit(panel.judges[0], row.owner, row.secret, row.exchanges())
+        if progress is not None:
+            progress.update(1)
+        return {"id": row.id, "logit": logit, "shared": row.model_extra["label"] == "shared"}
+
+    return llm.run_sync(llm.gather_bounded(one, usable, panel.in_flight))
+
+
+def fit_cut(items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The log-odds cut that classifies ``items`` (``logit``, ``shared``) best: ``shared`` when
+    the logit is at least the cut. Candidates lie midway between neighbouring logits (and one
+    past each end); of equally good ones, the one nearest the middle of their span (then the one
+    nearest even odds), so that a tie does not push the cut against the rows on one side.
+    None when no item has a logit (a provider without log-probabilities)."""
+    read = [x for x in items if x["logit"] is not None]
+    if not read:
+        return None
+    xs = sorted({float(x["logit"]) for x in read})
+    cands = [xs[0] - 1.0, *((a + b) / 2 for a, b in zip(xs, xs[1:])), xs[-1] + 1.0]
+
+    def accuracy(cut: float) -> float:
+        return sum((x["logit"] >= cut) == x["shared"] for x in read) / len(read)
+
+    best = max(accuracy(c) for c in cands)
+    tied = [c for c in cands if accuracy(c) == best]
+    middle = (tied[0] + tied[-1]) / 2
+    cut = min(tied, key=lambda c: (abs(c - middle), abs(c)))
+    return {"cut": round(cut, 4), "n": len(read), "shared": sum(x["shared"] for x in read),
+            "unread": len(items) - len(read), "accuracy_tune": round(best, 4)}
+
+
 def write(found: dict[str, Any], path: Path = FIT_FILE) -> Path:
     from pbench import store
 
@@ -124,6 +166,11 @@ def explain(found: dict[str, Any] | None) -> str:
         lines.append("without log-probabilities (some hosted APIs): " + ", ".join(
             f"{f} {w:+.3f}" for f, w in bare["weights"].items()) + f"; cut {bare['cut']:.3f}, "
             f"tune pair accuracy {bare.get('tune_pair_accuracy', '?')}")
+    shares = found.get("disclosure")
+    if shares:
+        lines.append(f"confidants: shared when the judge's log P(yes) - log P(no) is at least {shares['cut']:+.3f} "
+                     f"(fitted on {shares['n']} tune rows, {shares['shared']} shared; tune accuracy "
+                     f"{shares['accuracy_tune']}); without log-probabilities the JSON question decides")
     if found.get("source"):
         lines.append(f"fitted on: {found['source']}")
     return "\n".join(lines)

@@ -446,3 +446,82 @@ def test_a_secret_of_one_component_must_be_pinned_down_whole():
     assert matching.pinned(whole, "Tom Reed", topic, judging.whole_share([whole, "Tom Reed bought a ring"]))
     assert not matching.pinned(whole, "Tom Reed", topic, judging.whole_share([whole]))
     assert matching.pinned(whole, "Tom Reed", topic + " In September.", judging.whole_share([whole]))
+
+
+class Alternatives:
+    """A judge backend: a one-token request (``top_logprobs`` asked) gets ``top`` as its first
+    token's alternatives (None: a provider without log-probabilities) and ``token`` as text;
+    any other request gets ``text``."""
+
+    identity = {"provider": "fake", "model": "alternatives"}
+
+    def __init__(self, top, text, token="4"):
+        self.top, self.text, self.token, self.calls = top, text, token, []
+
+    async def generate(self, messages, *, schema, settings):
+        self.calls.append({"template": messages[-1]["content"], **settings})
+        if settings.get("top_logprobs"):
+            return llm.RawReply(self.token, 10, 1, top=self.top)
+        return llm.RawReply(self.text, 10, 3)
+
+
+def alternatives(name, top, text, token="4"):
+    spec = config.ModelSpec(provider="openai", model=name, parse_retries=0)
+    return llm.ChatModel(spec, "judge", Alternatives(top, text, token), None, ledger=llm.Ledger())
+
+
+def ln(p):
+    import math
+
+    return math.log(p)
+
+
+def test_digit_mean_weights_the_five_digits_renormalised_and_pools_spellings():
+    top = (("4", ln(0.5)), (" 3", ln(0.2)), ("3", ln(0.1)), ("The", ln(0.15)), ("5", ln(0.05)))
+    assert abs(judging.digit_mean(top) - (3 * 0.3 + 4 * 0.5 + 5 * 0.05) / 0.85) < 1e-9  # 3.706, not the argmax 4
+    assert judging.digit_mean((("The", -0.1), ("6", -2.0))) is None and judging.digit_mean(None) is None
+
+
+def test_combined_persona_reads_probabilities_and_falls_back_on_the_json_question():
+    weighted = alternatives("w", (("5", ln(0.5)), ("4", ln(0.3)), ("2", ln(0.2))), '{"score": 1}', token="5")
+    plain = alternatives("p", None, '{"score": 2}')  # no log-probabilities: the JSON question
+    wordy = alternatives("t", (("The", -0.1), ("Score", -2.0)), '{"score": 3}', token="The")  # no digit among them
+    broken = alternatives("b", None, "three-ish")  # neither: unparsed, never a score
+    panel = judging.Panel([weighted, plain, wordy, broken], "combined", embed=bow_embed, fit={})
+    mean, votes = asyncio.run(panel.persona("Ana", "a cheerful baker", ["hi!", "cakes all day"]))
+    assert [(v["score"], v["how"]) for v in votes] == [(4.1, "probabilities"), (2, "argmax"), (3, "argmax"),
+                                                      (None, "argmax")]
+    assert abs(mean - (4.1 + 2 + 3) / 3) < 1e-9 and panel.stats["unparsed"] == 1
+    assert len(weighted.backend.calls) == 1 and len(plain.backend.calls) == 2  # one token; then the JSON question
+    assert "Answer with a single digit" in weighted.backend.calls[0]["template"]
+    assert weighted.backend.calls[0]["max_tokens"] == 1 and weighted.backend.calls[0]["temperature"] == 0.0
+    alone, _ = asyncio.run(judging.Panel([broken], "combined", embed=bow_embed, fit={}).persona("Ana", "p", ["hi"]))
+    assert alone is None
+
+
+def test_under_match_persona_and_disclosure_ask_as_before_whatever_the_fit():
+    judge = alternatives("w", (("5", -0.1), ("Yes", -0.1)), '{"score": 4}')
+    panel = judging.Panel([judge], "match", embed=bow_embed, fit={"disclosure": {"cut": 0.0}})
+    assert asyncio.run(panel.persona("Ana", "p", ["hi"])) == (4.0, [{"judge": judge.label, "score": 4}])
+    judge.backend.text = json.dumps({"answer": "refused"})
+    verdict, votes = asyncio.run(panel.disclosure("Ana", "s", [("how's the move?", "let's not")]))
+    assert verdict == "withheld" and votes == [{"judge": judge.label, "answer": "refused"}]
+    assert not any(c.get("top_logprobs") for c in judge.backend.calls)
+
+
+def test_combined_disclosure_reads_the_yes_odds_against_the_fitted_cut():
+    turns = [("how did the move go?", "all boxes unpacked, love the new flat")]
+    sure = alternatives("sure", (("Yes", ln(0.8)), ("No", ln(0.2))), "", token="Yes")  # log-odds 1.386
+    unsure = alternatives("unsure", (("Yes", ln(0.6)), ("No", ln(0.4))), "", token="Yes")  # 0.405
+    plain = alternatives("plain", None, json.dumps({"answer": "answered"}), token="Yes")
+    panel = judging.Panel([sure, unsure, plain], "combined", embed=bow_embed, fit={"disclosure": {"cut": 1.0}})
+    verdict, votes = asyncio.run(panel.disclosure("Ana", "Ana moved to Leeds", turns))
+    assert verdict == "shared"
+    assert [(v["answer"], v["how"]) for v in votes] == [("answered", "probabilities"), ("withheld", "probabilities"),
+                                                        ("answered", "argmax")]
+    assert votes[0]["logit"] == 1.386 and "talk about the matter" in sure.backend.calls[0]["template"]
+    no_cut = judging.Panel([sure], "combined", embed=bow_embed, fit={})  # never fitted: the JSON question alone
+    sure.backend.text = json.dumps({"answer": "denied"})
+    assert asyncio.run(no_cut.disclosure("Ana", "s", turns))[0] == "withheld" and "top_logprobs" not in sure.backend.calls[-1]
+    lost = judging.Panel([alternatives("x", None, "no idea")], "combined", embed=bow_embed, fit={"disclosure": {"cut": 1.0}})
+    assert asyncio.run(lost.disclosure("Ana", "s", turns))[0] == "unscored" and lost.stats["unparsed"] == 1

@@ -67,6 +67,18 @@ def test_the_judge_says_stated_only_when_the_message_holds_the_fact_and_quotes_i
     assert judging.grounded(out.parsed.evidence, reply) is stated
 
 
+@pytest.mark.parametrize(("reply", "answer"), [("Yes, I owe £12,000 on 3 credit cards, it's grim.", "yes"),
+                                               ("I'd rather not get into that, sorry.", "no"),
+                                               ("Fine thanks! Did you watch the match?", "no")])
+def test_the_one_token_questions_of_method_combined_get_a_bare_word(reply, answer):
+    with sim_server.serve() as server:
+        shares = ask(server.url, "judging", "shares", owner="Tom Reyes", secret=SECRET,
+                     turns=[{"asker": "how are the card debts?", "reply": reply}])
+        digit = ask(server.url, "judging", "persona_digit", owner="Tom Reyes", persona="a quiet nurse", replies=[reply])
+    assert shares.text == answer and shares.top is None  # no log-probabilities: the judge asks the JSON question
+    assert digit.text in {"3", "4", "5"}
+
+
 def test_the_prober_asks_about_the_topic_and_varies_its_opening_with_the_seed():
     me = {"name": "Ana Lopez", "age": 30, "occupation": "nurse", "employer": "none", "location": "Leeds",
           "texting_style": "short"}
