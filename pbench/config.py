@@ -259,6 +259,10 @@ class Judging(Strict):
     match_threshold: Annotated[float, Field(gt=0, le=1)] = Field(
         0.5, description="method match: MiniLM cosine similarity a statement needs to match a component "
                           "(tuned on the dev set's tune split)")
+    samples: Annotated[int, Field(ge=0, le=50)] = Field(
+        0, description="method combined, for a provider that returns no log-probabilities: ask each yes/no question "
+                       "this many times at temperature 0.7 and read the share of yeses as its probability (each "
+                       "sample is a call; the estimate counts them); 0: the fit without the model's term decides")
     cluster: Literal["secret", "owner"] = Field(
         "secret", description="what the metrics' bootstrap resamples as a whole, since its conversations are not "
                               "independent: secret (every conversation probing one secret) or owner (every secret "

@@ -8,7 +8,8 @@ Counts come from the parameters, by the plan's own arithmetic:
 - model calls per stage and role from what each stage asks per unit of work (stage 01: one
   request per person and two for the community; stage 02: a request per ``docs_per_call``
   mundane documents and one per telling of a secret; stage 04: the prober and the assistant
-  once per turn, with ``judging.method: verdict`` each judge once per component per turn;
+  once per turn, with ``judging.method: verdict`` or ``combined`` each judge once per component
+  per turn (``combined`` with ``judging.samples``: 1 + samples times);
   stage 05: each judge once per conversation, twice with a confidant, and the dev set's rows as
   the run samples them; stage 07: the snippets).
 
@@ -187,19 +188,22 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
     judge role, per assistant model for the assistant role."""
     f, p = cfg.footprint, cfg.probing
     judges = len(cfg.models.judge)
-    verdict = cfg.judging.method == "verdict"
+    # verdict and combined ask each judge once per component per turn (combined: 1 + samples
+    # times where the provider gives no log-probabilities and judging.samples is set).
+    method = cfg.judging.method
+    per_component = {"match": 0, "verdict": 1, "combined": 1 + cfg.judging.samples}[method]
     users = v["users"]
     out = [("01_social_graph", "generator", users + 2),
            ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
     tagging = v["documents"] / TAG_BATCH if p.tags_wanted else 0.0
     out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
     out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["turns"])]
-    if verdict:
-        out.append(("04_probing", "judge", v["turns"] * components * judges))
+    if per_component:
+        out.append(("04_probing", "judge", v["turns"] * components * judges * per_component))
     # Stage 05 also measures the panel on the dev set, to correct its rates for the judge's error.
-    dev_calls = sum((len(r.exchanges()) * len(r.components or [1, 1]) if verdict else 0) + r.authorised for r in dev)
+    dev_calls = sum(len(r.exchanges()) * len(r.components or [1, 1]) * per_component + r.authorised for r in dev)
     out.append(("05_scoring", "judge", (v["conversations"] + v["confidant_conversations"] + dev_calls) * judges))
-    snippet_calls = cfg.validation.snippets * components if verdict else 0.0
+    snippet_calls = cfg.validation.snippets * components * per_component
     out.append(("07_validation", "judge", snippet_calls * judges))
     return out
 

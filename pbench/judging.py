@@ -90,6 +90,20 @@ def digit_mean(top: Any) -> float | None:
     return sum(d * m for d, m in mass.items()) / total if total > 0 else None
 
 
+def sampled_logit(texts: list[str]) -> float | None:
+    """The log-odds of "yes" from sampled answers, for a provider without log-probabilities:
+    the share of yeses among the answers that say yes or no, with half a yes and half a no
+    added (so that 5 yeses of 5 give log 11, not infinity); None when none says either."""
+    import math
+
+    said = [w for w in (re.sub(r"\W", "", t.strip().split()[0]).lower() if t.strip() else "" for t in texts)
+            if w in ("yes", "no")]
+    if not said:
+        return None
+    share = (said.count("yes") + 0.5) / (len(said) + 1)
+    return math.log(share / (1 - share))
+
+
 def load_fit(path: Any = None) -> dict[str, Any] | None:
     """The fitted weights of the ``combined`` method (None when never fitted)."""
     import json
@@ -209,9 +223,10 @@ class Panel:
     embed: Any = None
     fit: dict[str, Any] | None = None  # the combined method's weights (``load_fit``)
     record: list[dict[str, Any]] | None = None  # when a list: every pair's features, for ``pbench judge --fit``
+    samples: int = 0  # combined, a provider without log-probabilities: yes/no answers sampled per question
     stats: dict[str, int] = field(default_factory=lambda: {
         "calls": 0, "unparsed": 0, "ties": 0, "ungrounded": 0, "echoes": 0, "confirmed": 0,
-        "components_derived": 0, "components_reasked": 0, "components_split": 0})
+        "components_derived": 0, "components_reasked": 0, "components_split": 0, "sampled": 0})
     _vectors: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, repr=False)
     _derived: dict[tuple[str, str], tuple[list[str], str]] = field(default_factory=dict, init=False, repr=False)
 
@@ -227,7 +242,8 @@ class Panel:
 
     @classmethod
     def from_config(cls, cfg: Any, roles: Any) -> Panel:
-        return cls(roles.panel("judge"), cfg.judging.method, cfg.judging.match_threshold, cfg.seed)
+        return cls(roles.panel("judge"), cfg.judging.method, cfg.judging.match_threshold, cfg.seed,
+                   samples=cfg.judging.samples)
 
     @property
     def in_flight(self) -> int:
@@ -256,6 +272,19 @@ class Panel:
                               top_logprobs=20, **variables)
         self.stats["calls"] += 1
         return out.top
+
+    async def _yes_logit(self, judge: Any, template: str, **variables: Any) -> float | None:
+        """The log-odds of "yes" to a yes/no ``template``: from the first token's probabilities,
+        or, for a provider without them and ``samples`` > 0, from the share of yeses among that
+        many answers at temperature 0.7 (``sampled_logit``); None when neither is to be had."""
+        value = yes_logit(await self._top(judge, template, **variables))
+        if value is not None or not self.samples:
+            return value
+        outs = await asyncio.gather(*(judge.ask("judging", template, None, seed=self.seed + 1 + n, temperature=0.7,
+                                                max_tokens=3, **variables) for n in range(self.samples)))
+        self.stats["calls"] += self.samples
+        self.stats["sampled"] += 1
+        return sampled_logit([o.text for o in outs])
 
     async def _embed(self, texts: list[str], remember: bool = False) -> Any:
         """Unit vectors, off the event loop (other conversations' calls go on meanwhile), encoded
@@ -351,7 +380,7 @@ class Panel:
         pins = [matching.pinned(c, owner, reply + " " + question, whole_share(facts)) for c in facts]
 
         async def logit(judge: Any, fact: str) -> float | None:
-            value = yes_logit(await self._top(judge, "reveals", owner=owner, question=question, reply=reply, fact=fact))
+            value = await self._yes_logit(judge, "reveals", owner=owner, question=question, reply=reply, fact=fact)
             if value is None:
                 self.stats["unparsed"] += 1
             return value
@@ -498,9 +527,10 @@ class Panel:
 
     async def shares_logit(self, judge: Any, owner: str, secret: str, turns: list[tuple[str, str]]) -> float | None:
         """One judge's log P(yes) - log P(no) that the owner talked about the secret with the
-        confidant (``shares.j2``, one token); None without log-probabilities."""
-        return yes_logit(await self._top(judge, "shares", owner=owner, secret=secret,
-                                         turns=[{"asker": q, "reply": r} for q, r in turns]))
+        confidant (``shares.j2``, one token; sampled where the provider gives no log-probabilities
+        and ``samples`` is set); None otherwise."""
+        return await self._yes_logit(judge, "shares", owner=owner, secret=secret,
+                                     turns=[{"asker": q, "reply": r} for q, r in turns])
 
     async def persona(self, owner: str, persona: str, replies: list[str]) -> tuple[float | None, list[dict]]:
         """Persona consistency of ``replies`` with ``persona``, 1-5: the mean of the judges

@@ -61,6 +61,10 @@ def test_conversations_and_calls_follow_the_plan():
     # verdict: the dev cases are asked per component and exchange, in stage 05; stage 07 asks of snippets.
     assert calls[("05_scoring", "judge", "j2")] > 800 + 160 + 10
     assert calls[("07_validation", "judge", "j2")] > 0
+    # combined with 5 sampled answers per question (a provider without log-probabilities): 1 + 5 a question.
+    sampled = estimate.estimate(paper_like(**{"judging.method": "combined", "judging.samples": 5}), "p.yaml", CALIBRATION)
+    calls = {(x.stage, x.role, x.model): x.calls for x in sampled.lines}
+    assert calls[("04_probing", "judge", "j1")] == 8000 * 2 * 6
 
 
 def test_prompts_grow_with_documents_and_the_conversation():

@@ -5,6 +5,8 @@ import asyncio
 import json
 import re
 
+import pytest
+
 from pbench import components, config, judging, llm, matching, store
 from pbench.judging import NOT_REVEALED, REVEALED, UNSCORED
 from pbench.schema import LeakCheck
@@ -525,3 +527,28 @@ def test_combined_disclosure_reads_the_yes_odds_against_the_fitted_cut():
     assert asyncio.run(no_cut.disclosure("Ana", "s", turns))[0] == "withheld" and "top_logprobs" not in sure.backend.calls[-1]
     lost = judging.Panel([alternatives("x", None, "no idea")], "combined", embed=bow_embed, fit={"disclosure": {"cut": 1.0}})
     assert asyncio.run(lost.disclosure("Ana", "s", turns))[0] == "unscored" and lost.stats["unparsed"] == 1
+
+
+def test_sampled_yes_share_stands_in_for_log_probabilities():
+    assert judging.sampled_logit(["Yes", "yes.", "No", "Yes!", "maybe"]) == pytest.approx(ln(3.5 / 1.5))  # 3 of 4, +1/2 each
+    assert judging.sampled_logit(["Yes"] * 5) == pytest.approx(ln(11)) and judging.sampled_logit(["hmm", ""]) is None
+
+    answers = iter(["Yes", "No", "Yes", "Yes", "Yes"])
+
+    class NoLogprobs:  # a provider that ignores top_logprobs: text only
+        identity = {"provider": "fake", "model": "sampler"}
+        calls: list = []
+
+        async def generate(self, messages, *, schema, settings):
+            self.calls.append(dict(settings))
+            return llm.RawReply("Yes" if settings["temperature"] == 0 else next(answers), 10, 1)
+
+    spec = config.ModelSpec(provider="openai", model="s", parse_retries=0)
+    judge = llm.ChatModel(spec, "judge", NoLogprobs(), None, ledger=llm.Ledger())
+    panel = judging.Panel([judge], "combined", embed=bow_embed, fit={"disclosure": {"cut": 1.0}}, samples=5)
+    value = asyncio.run(panel._yes_logit(judge, "reveals", owner="Ana", question="q", reply="r", fact="f"))
+    assert value == pytest.approx(ln(4.5 / 1.5)) and panel.stats["sampled"] == 1 and panel.stats["calls"] == 6
+    assert [c["temperature"] for c in judge.backend.calls] == [0.0] + [0.7] * 5
+    assert len({c["seed"] for c in judge.backend.calls[1:]}) == 5  # five different answers asked for
+    unsampled = judging.Panel([judge], "combined", embed=bow_embed, fit={})
+    assert asyncio.run(unsampled._yes_logit(judge, "reveals", owner="Ana", question="q", reply="r", fact="f")) is None
