@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from pbench import components, matching
+from pbench.tellings import speakers_of, told_between
 
 EXAMPLES = 5
 FIRST_PERSON = re.compile(r"(?i)^(?:i|my|we|our)\b|\b(?:I|I'm|I've|my)\b")
@@ -30,8 +31,6 @@ def footprint_audit(ds: Any) -> dict[str, list[str]]:
     """Secrets and tellings: components in the first person, not grounded in the secret or not
     naming the owner; chat tellings that are not an exchange between two speakers; tellings
     the presence check could not find the secret in."""
-    from pbench.footprint import speakers_of, told_between
-
     out: dict[str, list[str]] = {"first_person_components": [], "ungrounded_components": [],
                                  "chat_tellings_without_two_speakers": [], "tellings_missing_the_secret": []}
     docs = ds.by_id

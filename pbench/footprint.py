@@ -38,6 +38,7 @@ from pbench.config import RunConfig
 from pbench.llm import LLMError, flush_caches
 from pbench.schema import ATTRIBUTES, DOCUMENT_KINDS, Document, Secret, SharingEvent
 from pbench.social_graph import CommunityView
+from pbench.tellings import is_exchange, speakers_of, told_between  # noqa: F401  (public here too)
 
 KIND_VOLUME = {"chat": "private_conversations", "group_chat": "group_conversations", "ai_chat": "ai_conversations",
                "blog": "blog_posts", "purchase": "purchases"}
@@ -507,31 +508,6 @@ def exchange_schema(speakers: list[str]) -> type[BaseModel]:
     """A reply schema whose messages can only come from ``speakers`` (the owner first)."""
     return create_model("Exchange", messages=(list[_line(tuple(dict.fromkeys(speakers)))], Field(min_length=2, max_length=8)))  # type: ignore[valid-type]
 
-
-_SPEAKER = re.compile(r"(?m)^([^\W\d_][\w'-]*(?: [^\W\d_][\w'-]*)?):")
-
-
-def speakers_of(text: str) -> list[str]:
-    """The speakers of a conversation document, one per line that starts with "Name:" (names
-    in any script: Álvaro and İpek as well as Alice; each word capitalised)."""
-    return [m.group(1) for m in _SPEAKER.finditer(text) if all(w[0].isupper() for w in m.group(1).split())]
-
-
-def told_between(doc: Document, view: CommunityView) -> bool:
-    """A telling in a chat or group chat is an exchange; in an AI chat, the owner speaks."""
-    if doc.kind in ("chat", "group_chat"):
-        return is_exchange(doc, view)
-    return view.name(doc.owner).split()[0] in speakers_of(doc.text)
-
-
-def is_exchange(doc: Document, view: CommunityView) -> bool:
-    """Whether a chat or group chat is an exchange: every line starts with a participant's
-    first name, the owner speaks, and so does someone else."""
-    lines = [ln for ln in doc.text.splitlines() if ln.strip()]
-    said = speakers_of(doc.text)
-    names = {view.name(p).split()[0] for p in doc.participants}
-    owner = view.name(doc.owner).split()[0]
-    return (len(said) == len(lines) and set(said) <= names and owner in said and len(set(said)) >= 2)
 
 
 # --------------------------------------------------------------------------- the stage
