@@ -51,7 +51,7 @@ from pathlib import Path
 import openai
 
 from latency_server import config_for, serve
-from pbench import audit, embeddings, footprint, judging, llm, probing, prompts, rag
+from pbench import audit, embeddings, footprint, judging, llm, probing, prompts, rag, targets
 from pbench.schema import LeakCheck
 
 
@@ -100,8 +100,8 @@ def run_pbench(ds, index, cfg, probes, in_flight: int, run_dir: Path) -> tuple[l
     Returns the conversations and their judgement records."""
     roles = llm.Roles(cfg, cfg.llm.cache_path.parent)
     panel = judging.Panel.from_config(cfg, roles)
-    runner = probing.Runner(ds, index, roles.role("prober"), {m.label: m for m in roles.panel("assistant")}, panel,
-                            cfg.probing.max_rounds, cfg.probing.top_k)
+    built = targets.for_run(cfg, index, {m.label: m for m in roles.panel("assistant")}, ds.view)
+    runner = probing.Runner(ds, roles.role("prober"), built, panel, cfg.probing.max_rounds)
 
     try:
         convs = llm.run_sync(llm.gather_bounded(runner.run, probes, in_flight))
@@ -131,7 +131,7 @@ def run_sequential(ds, index, cfg, probes) -> list[tuple[list[tuple[str, str, li
     persona score and, for a confidant, its shared/withheld decision."""
     client = openai.OpenAI(base_url=cfg.models.prober.base_url, api_key="not-needed", max_retries=0)
     prober, target, judge = cfg.models.prober, cfg.models.assistant[0], cfg.models.judge[0]
-    prompter = probing.Runner(ds, index, None, {}, None, cfg.probing.max_rounds, cfg.probing.top_k)
+    prompter = probing.Runner(ds, None, {}, None, cfg.probing.max_rounds)
     # The match reading is pbench's own code (no model call); only its embeddings cost time.
     matcher = judging.Panel([], "match", cfg.judging.match_threshold, cfg.seed)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from latency_server import config_for, serve
-from pbench import config, embeddings, footprint, judging, llm, probing, prompts, rag, store
+from pbench import config, embeddings, footprint, judging, llm, probing, prompts, rag, store, targets
 
 # Overhead parts timed separately; "query embedding" is inside "retrieval".
 PARTS = ("retrieval", "query embedding", "judge embedding", "prompt rendering", "response cache", "record write")
@@ -123,7 +123,7 @@ def measure(cfg: config.RunConfig, ds: footprint.Dataset, run: Path, n: int,
         watch.lap()
         return verdict
 
-    runner = probing.Runner(ds, index, prober, assistants, check, cfg.probing.max_rounds, cfg.probing.top_k)
+    runner = probing.Runner(ds, prober, targets.for_run(cfg, index, assistants, ds.view), check, cfg.probing.max_rounds)
     probes = probing.plan(ds, cfg)[:n]
     # Warm up outside the measurement: load MiniLM, open the collections, start the model.
     for owner in sorted({p.owner for p in probes}):

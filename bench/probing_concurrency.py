@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pbench import config, footprint, judging, llm, probing, rag
+from pbench import config, footprint, judging, llm, probing, rag, targets
 
 
 def main() -> None:
@@ -38,8 +38,9 @@ def main() -> None:
             cfg = base.model_copy(update={"probing": probing_cfg, "llm": base.llm.model_copy(update={"cache_path": Path(tmp) / "c.sqlite"})})
             roles = llm.Roles(cfg, tmp)
             plan = probing.plan(ds, cfg)[: args.conversations]
-            runner = probing.Runner(ds, index, roles.role("prober"), {m.label: m for m in roles.panel("assistant")},
-                                    judging.Panel.from_config(cfg, roles), cfg.probing.max_rounds, cfg.probing.top_k)
+            built = targets.for_run(cfg, index, {m.label: m for m in roles.panel("assistant")}, ds.view)
+            runner = probing.Runner(ds, roles.role("prober"), built, judging.Panel.from_config(cfg, roles),
+                                    cfg.probing.max_rounds)
 
             t0 = time.perf_counter()
             convs = llm.run_sync(llm.gather_bounded(runner.run, plan, in_flight))

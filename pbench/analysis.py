@@ -42,10 +42,12 @@ def table2(long):
     import pandas as pd
 
     part = long[long["by"] == "target+strategy+prompt"]
+    # A target without a system prompt (extractive: prompt "none") gets a column of its own.
+    prompts = ["baseline", "privacy_aware", *sorted(set(part["prompt"]) - {"baseline", "privacy_aware"})]
     rows = []
     for (strategy, target), g in part.groupby(["strategy", "target"], sort=True):
         row: dict[str, Any] = {"strategy": strategy, "model": target}
-        for prompt in ("baseline", "privacy_aware"):
+        for prompt in prompts:
             for m in ("LR", "OSR", "IRR", "PC"):
                 r = g[(g["prompt"] == prompt) & (g["metric"] == m)]
                 row[(m, prompt)] = metrics.cell(r.iloc[0]) if len(r) else "no cases"
@@ -88,7 +90,7 @@ def draw_tradeoff(long, path: Path | None = None):
 
     part = long[long["by"] == "defence+prompt"]
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    markers = {"baseline": "o", "privacy_aware": "s"}
+    markers = {"baseline": "o", "privacy_aware": "s", "none": "^"}  # none: a target without a prompt (extractive)
     for i, defence in enumerate(sorted(part["defence"].unique())):
         for prompt, marker in markers.items():
             g = part[(part["defence"] == defence) & (part["prompt"] == prompt)].set_index("metric")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,6 +22,8 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -241,10 +244,44 @@ class Probing(Strict):
         None, description="probe at most this many secrets, sampled with the run's seed; null: all")
     conversations_in_flight: Annotated[int, Field(ge=1, le=1024)] = 16
 
-    @property
-    def tags_wanted(self) -> bool:
-        """Whether stage 03 asks the tagger: only the sensitivity filter reads its tags."""
-        return "sensitivity_filter" in self.defences
+
+NO_PROMPT = "none"
+"""The prompt a target without a system prompt is planned under (the extractive target)."""
+
+
+class RagTargetSpec(Strict):
+    """Today's RAG assistant (stage 03's index, an ``assistant`` model, a system prompt and a
+    defence), once per ``probing.prompts`` and ``probing.defences``."""
+
+    kind: Literal["rag"]
+    model: str = Field("all", description="the label of a models.assistant entry; all: one target per entry")
+
+
+class ExtractiveTargetSpec(Strict):
+    """No generator: the retrieved sentences closest to the conversation, up to a word budget
+    fixed in advance (the "generator removed" ablation). It has no system prompt."""
+
+    kind: Literal["extractive"]
+    budget_words: Annotated[int, Field(gt=0)] = Field(60, description="words per reply at most, about a short reply's")
+    defences: Annotated[list[Defence], Field(min_length=1)] | None = Field(
+        None, description="the defences it is probed under; default: probing.defences")
+
+
+TargetSpec = Annotated[RagTargetSpec | ExtractiveTargetSpec, Field(discriminator="kind")]
+TARGET_KINDS = ("rag", "extractive")
+
+
+@dataclass(frozen=True)
+class PlannedTarget:
+    """One target as the plan crosses it: its label (the probes' ``target``), kind, the
+    prompts and defences it runs under, and what it needs (a rag target's model)."""
+
+    label: str
+    kind: str
+    prompts: tuple[str, ...]
+    defences: tuple[str, ...]
+    model: ModelSpec | None = None
+    budget_words: int | None = None
 
 
 class Judging(Strict):
@@ -319,9 +356,52 @@ class RunConfig(Strict):
     footprint: Footprint = Footprint()
     probing: Probing = Probing()
     models: Models
+    targets: Annotated[list[TargetSpec], Field(min_length=1)] | None = Field(
+        None, description="the systems under test; default: one rag target per models.assistant entry")
     judging: Judging = Judging()
     validation: Validation = Validation()
     llm: LLMSettings = LLMSettings()
+
+    @field_validator("targets")
+    @classmethod
+    def _targets_known(cls, value: list[Any] | None, info: ValidationInfo) -> list[Any] | None:
+        models = info.data.get("models")
+        if value is None or models is None:
+            return value
+        labels = [m.label for m in models.assistant]
+        seen: set[str] = set()
+        for i, t in enumerate(value):
+            if t.kind == "rag" and t.model != "all" and t.model not in labels:
+                raise ValueError(f"item {i}: model {t.model!r} is not the label of a models.assistant entry "
+                                 f"({', '.join(labels)}, or all)")
+            mine = (labels if t.model == "all" else [t.model]) if t.kind == "rag" else [t.kind]
+            for label in mine:
+                if label in seen:
+                    raise ValueError(f"item {i}: target {label!r} is listed twice")
+                seen.add(label)
+        return value
+
+    def planned_targets(self) -> list[PlannedTarget]:
+        """The targets the plan crosses, in order: ``targets`` as listed (a rag entry with
+        ``model: all`` is one target per ``models.assistant`` entry), or without ``targets``
+        one rag target per ``models.assistant`` entry, as before targets existed."""
+        p = self.probing
+        specs = self.targets or [RagTargetSpec(kind="rag")]
+        out = []
+        for t in specs:
+            if isinstance(t, RagTargetSpec):
+                out += [PlannedTarget(m.label, "rag", tuple(p.prompts), tuple(p.defences), model=m)
+                        for m in self.models.assistant if t.model in ("all", m.label)]
+            else:
+                out.append(PlannedTarget("extractive", "extractive", (NO_PROMPT,), tuple(t.defences or p.defences),
+                                         budget_words=t.budget_words))
+        return out
+
+    @property
+    def tags_wanted(self) -> bool:
+        """Whether stage 03 asks the tagger: only the sensitivity filter reads its tags, under
+        any target."""
+        return any("sensitivity_filter" in t.defences for t in self.planned_targets())
 
     def run_dir(self, base: Path | None = None) -> Path:
         """The run folder, ``<outputs_dir>/<run_name>``, relative to ``base`` when given."""
@@ -341,12 +421,17 @@ class RunConfig(Strict):
 
 
 def _describe(err: dict[str, Any]) -> str:
-    path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = err["loc"]
+    if loc[:1] == ("targets",) and len(loc) > 2 and loc[2] in TARGET_KINDS:
+        loc = loc[:2] + loc[3:]  # pydantic names the kind it tried; the file does not
+    path = ".".join(str(p) for p in loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         return f"{path}: unknown field"
     if kind == "missing":
         return f"{path}: required field is missing"
+    if kind == "union_tag_invalid":
+        return f"{path}.kind: unknown kind {err['ctx']['tag']!r}; known: {err['ctx']['expected_tags']}"
     msg = err["msg"].removeprefix("Value error, ")
     if "input" in err and kind not in ("model_type", "dict_type"):
         shown = repr(err["input"])

@@ -3,12 +3,13 @@
 Counts come from the parameters, by the plan's own arithmetic:
 
 - people, documents and secrets from ``community`` and ``footprint`` (range midpoints);
-- conversations from ``probing`` exactly as ``probing.plan`` crosses them (a confidant talks
-  with one strategy), each at most ``max_rounds`` turns long;
+- conversations from ``probing`` and ``targets`` exactly as ``probing.plan`` crosses them (a
+  confidant talks with one strategy; each target under its own prompts and defences), each at
+  most ``max_rounds`` turns long;
 - model calls per stage and role from what each stage asks per unit of work (stage 01: one
   request per person and two for the community; stage 02: a request per ``docs_per_call``
-  mundane documents and one per telling of a secret; stage 04: the prober and the assistant
-  once per turn, with ``judging.method: verdict`` or ``combined`` each judge once per component
+  mundane documents and one per telling of a secret; stage 04: the prober once per turn, the
+  assistant once per turn of a rag target (the extractive target calls no model), with ``judging.method: verdict`` or ``combined`` each judge once per component
   per turn (``combined`` with ``judging.samples``: 1 + samples times);
   stage 05: each judge once per conversation, twice with a confidant, and the dev set's rows as
   the run samples them; stage 07: the snippets).
@@ -166,14 +167,16 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     mundane = sum(_mid(getattr(f, v)) for v in footprint.KIND_VOLUME.values())
     secrets = users * _mid(f.secrets_per_user)
     probed = secrets if p.secrets is None else min(secrets, p.secrets)
-    cells = len(p.prompts) * len(p.defences) * len(cfg.models.assistant)
-    outsiders = probed * p.unauthorised_per_secret * len(p.strategies) * cells
+    planned = cfg.planned_targets()
+    cells = sum(len(t.prompts) * len(t.defences) for t in planned)
+    generating = sum(len(t.prompts) * len(t.defences) for t in planned if t.kind == "rag")  # a model call a turn
+    per_cell = probed * (p.unauthorised_per_secret * len(p.strategies) + p.authorised_per_secret)
     confidants = probed * p.authorised_per_secret * cells
-    conversations = outsiders + confidants
+    conversations = per_cell * cells
     return {"users": users, "mundane_per_user": mundane, "documents": users * mundane + secrets * TELLINGS_PER_SECRET,
             "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
-            "turns": conversations * p.max_rounds}
+            "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds}
 
 
 def dev_rows(cfg: RunConfig) -> list[Any]:
@@ -186,7 +189,7 @@ def dev_rows(cfg: RunConfig) -> list[Any]:
 def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: float) -> list[tuple[str, str, float]]:
     """(stage, role, calls) by the stages' own arithmetic, before retries: per judge for the
     judge role, per assistant model for the assistant role."""
-    f, p = cfg.footprint, cfg.probing
+    f = cfg.footprint
     judges = len(cfg.models.judge)
     # verdict and combined ask each judge once per component per turn (combined: 1 + samples
     # times where the provider gives no log-probabilities and judging.samples is set).
@@ -195,9 +198,9 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
     users = v["users"]
     out = [("01_social_graph", "generator", users + 2),
            ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
-    tagging = v["documents"] / TAG_BATCH if p.tags_wanted else 0.0
+    tagging = v["documents"] / TAG_BATCH if cfg.tags_wanted else 0.0
     out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
-    out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["turns"])]
+    out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["assistant_turns"])]
     if per_component:
         out.append(("04_probing", "judge", v["turns"] * components * judges * per_component))
     # Stage 05 also measures the panel on the dev set, to correct its rates for the judge's error.
@@ -227,13 +230,15 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
     cfg = config.load(run_dir / "params.resolved.yaml")
     ds = footprint.load_dataset(run_dir)
     convs = probing.load_conversations(run_dir)
+    generating = {t.label for t in cfg.planned_targets() if t.kind == "rag"}
     components = sum(len(s.core_components) for s in ds.secrets) / max(len(ds.secrets), 1)
     observed = {"users": len(ds.view.people), "documents": len(ds.documents), "secrets": len(ds.secrets)}
     v = volumes(cfg)
     v.update(observed, tellings=sum(len(s.sharing) for s in ds.secrets),
              mundane_per_user=(len(ds.documents) - sum(len(s.sharing) for s in ds.secrets)) / observed["users"],
              probed_secrets=len({c.secret_id for c in convs}), conversations=len(convs),
-             confidant_conversations=sum(c.authorised for c in convs), turns=sum(len(c.turns) for c in convs))
+             confidant_conversations=sum(c.authorised for c in convs), turns=sum(len(c.turns) for c in convs),
+             assistant_turns=sum(len(c.turns) for c in convs if c.target in generating))
     expected = {(s, r): n for s, r, n in arithmetic(cfg, v, dev_rows(cfg), components)}
     turns = [(i + 1) for c in convs for i in range(len(c.turns))]
     doc_tokens = sum(len(d.text) for d in ds.documents) / max(len(ds.documents), 1) / CHARS_PER_TOKEN
@@ -343,7 +348,9 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
             return calls * prompt, v["documents"] * st["completion_per_document"]
         return calls * prompt, calls * min(completion, spec.max_tokens * (spec.parse_retries + 1))
 
-    def specs(role: str) -> list[ModelSpec]:
+    def specs(role: str, stage: str) -> list[ModelSpec]:
+        if role == "assistant" and stage == "04_probing":  # the rag targets' models
+            return [t.model for t in cfg.planned_targets() if t.kind == "rag"]
         value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
         return value if isinstance(value, list) else [value]
 
@@ -359,7 +366,7 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
         if not calls:
             continue
         factor = per.get(f"{stage}/{role}", {}).get("calls_factor", 1.0)
-        targets = specs(role)[:1] if stage == "03_rag_assistant" else specs(role)  # notebook 03 asks the first target once
+        targets = specs(role, stage)[:1] if stage == "03_rag_assistant" else specs(role, stage)  # notebook 03 asks the first target once
         for spec in targets:
             # Conversations are spread over the targets; the judges each get every call.
             share = calls / len(targets) if role == "assistant" and stage == "04_probing" else calls

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pbench import correction, metrics
+from pbench.config import NO_PROMPT
 
 NAMES = {"LR": "leakage rate (LR)", "OSR": "over-secrecy rate (OSR)", "IRR": "inappropriate retrieval rate (IRR)",
          "PC": "persona consistency (PC, 1-5)", "catch_rate": "catch rate"}
@@ -171,21 +172,45 @@ def findings(rows: list[dict[str, Any]], seed: int = 0, cluster: metrics.Cluster
     return out
 
 
+EXTRACTIVE = "extractive"  # the generator-removed target (pbench.targets): read against a generating one
+
+
 def _levels(rows: list[dict[str, Any]], factor: str) -> list[Any]:
+    """The levels of ``factor`` in the order compared: the reference first. A target without a
+    system prompt (prompt ``none``) is no prompt level; the extractive target is never the
+    reference, so that its difference reads as retrieval alone minus a generating target."""
     first = {"prompt": "baseline", "defence": "none", "strategy": "direct"}.get(factor)
-    return sorted({r[factor] for r in rows}, key=lambda v: (v != first, str(v)))
+    levels = {r[factor] for r in rows} - ({NO_PROMPT} if factor == "prompt" else set())
+    return sorted(levels, key=lambda v: (v != first, factor == "target" and v == EXTRACTIVE, str(v)))
+
+
+def matched(rows: list[dict[str, Any]], factor: str, a: Any, b: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of levels ``a`` and ``b`` of ``factor``, each arm kept to the settings of the
+    other design factors (prompt, defence, target) that both arms ran, so that a difference is
+    that of ``factor`` alone. A fully crossed run keeps every row; a target run under its own
+    defences (the extractive one) is compared with the others under the defences they share,
+    and a defence only over the targets run under it. Targets are matched on the defence only:
+    a target's prompts are its own."""
+    others = [f for f in ("prompt", "defence", "target") if f != factor and not (factor == "target" and f == "prompt")]
+
+    def cell(r: dict[str, Any]) -> tuple:
+        return tuple(r[f] for f in others)
+
+    arm_a = [r for r in rows if r[factor] == a]
+    arm_b = [r for r in rows if r[factor] == b]
+    both = {cell(r) for r in arm_a} & {cell(r) for r in arm_b}
+    return [r for r in arm_a if cell(r) in both], [r for r in arm_b if cell(r) in both]
 
 
 def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
             cluster: metrics.Cluster = "secret") -> list[tuple[str, dict[str, Any]]]:
     """Each level of ``factor`` against its first level (see ``findings``), per metric of
-    ``COMPARED[factor]``: sentences with their ``metrics.difference``. The arms probe the
-    same secrets, so the bootstrap is paired."""
+    ``COMPARED[factor]``, over the settings both ran (``matched``): sentences with their
+    ``metrics.difference``. The arms probe the same secrets, so the bootstrap is paired."""
     levels = _levels(rows, factor)
     out = []
     for level in levels[1:]:
-        a = [r for r in rows if r[factor] == level]
-        b = [r for r in rows if r[factor] == levels[0]]
+        a, b = matched(rows, factor, level, levels[0])
         for m in COMPARED[factor]:
             d = metrics.difference(m, a, b, seed, cluster)
             if d["a"]["n"] == 0 or d["b"]["n"] == 0:
@@ -193,6 +218,10 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
             d["arms"] = (_label(level), _label(levels[0]))
             text = (f"{NAMES[m]}, {_label(level)} minus {_label(levels[0])}: {change(d)}, "
                     f"{figure(d['a'])} against {figure(d['b'])}; {_verdict(d)}.")
+            if factor == "target" and level == EXTRACTIVE and m == "LR":
+                text += (f" The extractive target is {_label(levels[0])}'s retrieval with no generator: this "
+                         f"difference is what {_label(levels[0])}'s generator caught"
+                         f" under {', '.join(sorted({_label(r['defence']) for r in a})).replace('none', 'no defence')}.")
             paper = _paper_change(factor, m, level, levels[0])
             if paper is not None:
                 unit = "" if m == "PC" else " points"

@@ -1,7 +1,9 @@
 """Stage 04: multi-turn conversational probing (paper sections 4.1 and 5.3).
 
-Reads the footprint dataset, the index (stage 03) and the parameters (``probing``, the
-``prober`` and ``assistant`` roles). Writes ``probe_plan.csv`` before anything runs (so its
+Reads the footprint dataset, the parameters (``probing``, ``targets``, the ``prober``
+role) and the targets under test, which stage 04's notebook builds (``pbench.targets``:
+the RAG assistant over stage 03's index, the extractive reference); this module knows them
+only through ``targets.Target``. Writes ``probe_plan.csv`` before anything runs (so its
 size and cost are visible first), then ``conversations.jsonl``, one finished conversation
 per line, appended whole as it finishes and rewritten in plan order at the end (so the file
 does not depend on finishing order or on where a rerun resumed), and ``probing.json``
@@ -12,7 +14,7 @@ owner's assistant cannot reveal what its documents do not hold, so a probe of an
 measures nothing; they are named in ``probing.json``. For each secret, audiences are
 drawn from the community at the probe's time, a day after the secret was last told:
 people who may not know it (those it matters most to keep it from first) and confidants;
-crossed with strategy, system prompt, defence and target model. The prober plays the
+crossed with strategy and each target's system prompts and defences (``cfg.planned_targets``). The prober plays the
 audience person; after each assistant reply the judge panel (``pbench.judging.Panel``)
 decides, one core component at a time, whether the secret's components have all been
 revealed so far; every judge's vote is kept with the turn. An unauthorised conversation
@@ -29,6 +31,7 @@ import hashlib
 import random
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +40,11 @@ from pbench import audit, prompts, store
 from pbench.config import RunConfig
 from pbench.footprint import Dataset, carried, may_know
 from pbench.llm import LLMError, flush_caches
-from pbench.rag import Assistant, Index
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
+
+Factory = Callable[[str, str, str], Any]
+"""(owner, prompt, defence) to a target under test (``pbench.targets.Target``: ``reply`` is all
+this stage asks of it); ``pbench.targets.for_run`` makes them."""
 
 
 @dataclass(frozen=True)
@@ -99,14 +105,24 @@ def plan(ds: Dataset, cfg: RunConfig) -> list[Probe]:
         for person, authorised in audiences(ds, s, at, p.unauthorised_per_secret, p.authorised_per_secret, rng):
             # A confidant talks as someone who knows: the outsider's strategies do not apply.
             for strategy in p.strategies[:1] if authorised else p.strategies:
-                for prompt in p.prompts:
-                    for defence in p.defences:
-                        for target in cfg.models.assistant:
-                            key = "|".join((s.id, person, strategy, prompt, defence, target.label))
-                            cid = hashlib.sha256(key.encode()).hexdigest()[:12]
-                            rows.append(Probe(cid, s.id, s.owner, person, authorised, strategy, prompt, defence,
-                                              target.label, at))
+                for prompt, defence, target in cells(cfg):
+                    key = "|".join((s.id, person, strategy, prompt, defence, target))
+                    cid = hashlib.sha256(key.encode()).hexdigest()[:12]
+                    rows.append(Probe(cid, s.id, s.owner, person, authorised, strategy, prompt, defence, target, at))
     return rows
+
+
+def cells(cfg: RunConfig) -> list[tuple[str, str, str]]:
+    """(prompt, defence, target label) for each probe of one audience and strategy: prompt,
+    then defence, then target, each target under its own prompts and defences. Without
+    ``targets`` (or with rag targets only) this is ``probing.prompts`` x ``probing.defences``
+    x ``models.assistant``, in that order, as before targets existed: the same probes, ids
+    and order."""
+    planned = cfg.planned_targets()
+    prompts = list(dict.fromkeys(x for t in planned for x in t.prompts))
+    defences = list(dict.fromkeys(x for t in planned for x in t.defences))
+    return [(prompt, defence, t.label) for prompt in prompts for defence in defences for t in planned
+            if prompt in t.prompts and defence in t.defences]
 
 
 def plan_table(rows: list[Probe]):
@@ -139,16 +155,15 @@ PROBER_REDRAFTS = 2  # re-asks of an outsider's message that asserts the secret
 
 @dataclass
 class Runner:
-    """Runs probes. Args: the dataset, index, prober and assistant models (by label), the leak
-    check, and the number of rounds."""
+    """Runs probes. Args: the dataset, the prober model, the targets (label to a factory of
+    (owner, prompt, defence) to a ``targets.Target``; ``targets.for_run``), the leak check, and
+    the number of rounds."""
 
     ds: Dataset
-    index: Index
     prober: Any
-    assistants: dict[str, Any]
+    targets: Mapping[str, Factory]
     check: Any
     max_rounds: int
-    top_k: int
 
     def _prober_messages(self, probe: Probe, secret: Secret, history: list[tuple[str, str]],
                          redraft: bool = False) -> list[dict[str, str]]:
@@ -179,8 +194,7 @@ class Runner:
         """Talk until a leak (or a share, for a confidant), or ``max_rounds``."""
         t0 = time.perf_counter()
         secret = self.ds.secret_by_id[probe.secret_id]
-        assistant = Assistant(self.ds.view, self.index, self.assistants[probe.target], probe.owner, probe.prompt,
-                              probe.defence, self.top_k)
+        target = self.targets[probe.target](probe.owner, probe.prompt, probe.defence)
         owner_name = self.ds.view.name(probe.owner)
         history: list[tuple[str, str]] = []
         turns: list[ProbeTurn] = []
@@ -206,7 +220,7 @@ class Runner:
             conversation = [m for s, h in history for m in ({"role": "user", "content": s},
                                                              {"role": "assistant", "content": h})]
             conversation.append({"role": "user", "content": said})
-            turn = await assistant.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
+            turn = await target.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
             history.append((said, turn.reply))
             if turn.unparsed or not turn.reply.strip():
                 # Nothing to judge: the conversation is unscored, never read as "no leak".
@@ -236,16 +250,16 @@ def finished_ids(run_dir: Path) -> set[str]:
     return {r["id"] for r in store.read_jsonl(run_dir / "conversations.jsonl")}
 
 
-def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict[str, Any], run_dir: str | Path,
+def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory], run_dir: str | Path,
         check: Any, progress: Any = None) -> dict[str, Any]:
     """Plan, then run every unfinished conversation, many in flight, each appended when done.
 
     Args:
         cfg: the run's parameters.
         ds: the footprint dataset.
-        index: the run's index.
         prober: the ``prober`` ChatModel.
-        assistants: target label to ``assistant`` ChatModel.
+        targets: target label to its factory (``targets.for_run``); a factory's ``models``,
+            where it has them, are the models whose caches are committed with each record.
         run_dir: the run folder.
         check: the per-turn leak check, ``check(secret, owner_name, question, reply, prior)`` to a
             LeakCheck: the judge panel (``pbench.judging.Panel``), or a test double.
@@ -258,7 +272,8 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
     run_dir = Path(run_dir)
     rows = plan(ds, cfg)
     store.atomic_write_text(run_dir / "probe_plan.csv", plan_table(rows).to_csv(index=False))
-    runner = Runner(ds, index, prober, assistants, check, cfg.probing.max_rounds, cfg.probing.top_k)
+    runner = Runner(ds, prober, targets, check, cfg.probing.max_rounds)
+    models = [prober, *(m for make in targets.values() for m in getattr(make, "models", ()))]
     store.repair_jsonl(run_dir / "conversations.jsonl")
     done = finished_ids(run_dir)
     todo = [r for r in rows if r.id not in done]
@@ -269,7 +284,7 @@ def run(cfg: RunConfig, ds: Dataset, index: Index, prober: Any, assistants: dict
         progress.refresh()
 
     def land(conv: Conversation) -> None:  # its replies committed first, then the record
-        flush_caches([prober, *assistants.values()])
+        flush_caches(models)
         store.append_jsonl(run_dir / "conversations.jsonl", [conv.model_dump(mode="json")])
 
     async def all_conversations() -> None:
@@ -353,12 +368,12 @@ def running_leaks(convs: list[Conversation]):
 
 
 def summary(convs: list[Conversation]):
-    """Conversations and how they ended, by prompt, defence and audience."""
+    """Conversations and how they ended, by audience, target, prompt and defence."""
     import pandas as pd
 
-    df = pd.DataFrame([{"prompt": c.prompt, "defence": c.defence, "audience": "confidant" if c.authorised else
+    df = pd.DataFrame([{"target": c.target, "prompt": c.prompt, "defence": c.defence, "audience": "confidant" if c.authorised else
                         "may not know", "ended": c.ended, "rounds": len(c.turns)} for c in convs])
     if df.empty:
         return df
-    return df.pivot_table(index=["audience", "prompt", "defence"], columns="ended", values="rounds",
+    return df.pivot_table(index=["audience", "target", "prompt", "defence"], columns="ended", values="rounds",
                           aggfunc="count", fill_value=0)

@@ -2,7 +2,7 @@
 defence and two structural defences at retrieval (sections 7.1 and 7.4 call for them).
 
 Reads ``community.json``, ``documents.jsonl`` (text and social metadata only) and the
-parameters (``probing.top_k``, ``probing.defences``, the ``tagger`` role). Writes
+parameters (``probing.top_k``, the defences of the run's targets, the ``tagger`` role). Writes
 ``index/`` (one ChromaDB collection per user, all-MiniLM-L6-v2 embeddings computed here
 and passed to Chroma), ``sensitivity.jsonl`` (the tagger's verdict per document, raw reply
 kept) and ``index.json`` (statistics).
@@ -29,7 +29,7 @@ import datetime as dt
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from pbench import embeddings, prompts, store
 from pbench.config import RunConfig
-from pbench.schema import Document
+from pbench.schema import Document, Turn
 from pbench.social_graph import CommunityView
 
 PUBLIC = "*public*"
@@ -300,14 +300,26 @@ class _Table:
 # --------------------------------------------------------------------------- the assistant
 
 
-@dataclass
-class Turn:
-    """One assistant turn: what it retrieved, the prompt it was given, and its reply."""
+HISTORY_FOR_QUERY = 3
 
-    reply: str
-    retrieved: list[str]
-    messages: list[dict[str, str]] = field(repr=False)
-    unparsed: bool = False
+
+async def asearch(index: Index, owner: str, text: str, k: int, defence: str, talker: str,
+                  at: dt.datetime) -> tuple[np.ndarray, list[Retrieved]]:
+    """``Index.search`` from the event loop: the query encoded together with other
+    conversations' (``embeddings.aembed``), the lookup off the loop.
+
+    Returns:
+        The query's vector (one row) and the top ``k`` documents.
+    """
+    vector = await embeddings.aembed(index.embed, [text])
+    docs = await asyncio.get_running_loop().run_in_executor(None, index.nearest, owner, vector, k, defence, talker, at)
+    return np.asarray(vector), docs
+
+
+def query(conversation: list[dict[str, str]], last: int = HISTORY_FOR_QUERY) -> str:
+    """What retrieval searches with: the conversation's ``last`` messages (every target that
+    retrieves from the index asks with this)."""
+    return "\n".join(m["content"] for m in conversation[-last:])
 
 
 @dataclass
@@ -332,7 +344,7 @@ class Assistant:
     prompt: str = "baseline"
     defence: str = "none"
     top_k: int = 5
-    history_for_query: int = 3
+    history_for_query: int = HISTORY_FOR_QUERY
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPTS:
@@ -341,8 +353,8 @@ class Assistant:
             raise ValueError(f"unknown defence {self.defence!r}; known: {', '.join(DEFENCES)}")
 
     def query(self, conversation: list[dict[str, str]]) -> str:
-        """What retrieval searches with: the last messages."""
-        return "\n".join(m["content"] for m in conversation[-self.history_for_query:])
+        """What retrieval searches with: the last messages (``query``)."""
+        return query(conversation, self.history_for_query)
 
     def retrieve(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime) -> list[Retrieved]:
         """Step 1: search the owner's documents dated before ``at`` with the last messages."""
@@ -371,9 +383,7 @@ class Assistant:
     async def reply(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime, seed: int | None = None) -> Turn:
         """One turn: retrieve, assemble, generate (step 3). Retrieval runs off the event loop,
         its query encoded together with other conversations' (``embeddings.aembed``)."""
-        vector = await embeddings.aembed(self.index.embed, [self.query(conversation)])
-        docs = await asyncio.get_running_loop().run_in_executor(
-            None, self.index.nearest, self.owner, vector, self.top_k, self.defence, talker, at)
+        _, docs = await asearch(self.index, self.owner, self.query(conversation), self.top_k, self.defence, talker, at)
         msgs = self.messages(talker, conversation, at, docs)
         out = await self.model.acomplete(msgs, seed=seed)
         return Turn(out.text.strip(), [d.id for d in docs], msgs, out.unparsed)
@@ -404,7 +414,7 @@ def build(cfg: RunConfig, ds: Any, run_dir: str | Path, tagger: Any | None, prog
     tags: dict[str, bool | None] = {}
     records: list[dict[str, Any]] = []
     vectors = None
-    if tagger is not None and cfg.probing.tags_wanted:
+    if tagger is not None and cfg.tags_wanted:
         if progress is not None:
             progress.total = -(-len(ds.documents) // TAG_BATCH)
             progress.refresh()

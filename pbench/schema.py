@@ -7,6 +7,7 @@ Dates are inclusive: a value, relationship or membership is active on day ``t`` 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -202,10 +203,23 @@ class Conversation(Record):
     audience: str
     authorised: bool
     strategy: Literal["direct", "indirect"]
-    prompt: Literal["baseline", "privacy_aware"]
+    prompt: Literal["baseline", "privacy_aware", "none"] = Field(
+        description="the target's system prompt; 'none' for a target that has none (extractive)")
     defence: Literal["none", "audience_filter", "sensitivity_filter"]
-    target: str = Field(description="the assistant model's label")
+    target: str = Field(description="the target's label: the assistant model's for a rag target, else its kind")
     at: dt.datetime
     turns: list[ProbeTurn]
     ended: Literal["leak", "shared", "max_rounds", "prober_unparsed", "reply_failed"]
     seconds: float = 0.0
+
+
+@dataclass
+class Turn:
+    """One reply of a system under test (``pbench.targets.Target.reply``): the text, the ids of
+    the documents it used (for the inappropriate retrieval rate), the prompt it was given
+    where it has one, and whether its model's reply could not be parsed."""
+
+    reply: str
+    retrieved: list[str]
+    messages: list[dict[str, str]] = field(default_factory=list, repr=False)
+    unparsed: bool = False

@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pbench import config, footprint as fp, llm, probing, rag, social_graph as sg, store
+from pbench import config, footprint as fp, llm, probing, rag, social_graph as sg, store, targets
 from tests.conftest import FakeBackend
 from tests.test_footprint import bow_embed, cfg_for, scripted
 from tests.test_probing import WordCheck, cfg as probing_base_cfg
@@ -87,8 +87,8 @@ def run_probing(run_dir: Path, delay_s: float) -> FakeBackend:
     ds = fp.load_dataset(run_dir)
     index = rag.Index(run_dir, embed=bow_embed)
     print("started", flush=True)
-    probing.run(cfg, ds, index, bind("prober"), {cfg.models.assistant[0].label: bind("assistant")}, run_dir,
-                check=WordCheck())
+    probing.run(cfg, ds, bind("prober"), targets.for_run(cfg, index, {cfg.models.assistant[0].label: bind("assistant")},
+                                                         ds.view), run_dir, check=WordCheck())
     return backend
 
 

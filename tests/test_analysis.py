@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from bench.report_load import CHROMIUM, READY, VISIBLE, Browser, build_report, dump_dom, scale
-from pbench import analysis, config, judging, llm, metrics, probing, rag, report, social_graph, store
+from pbench import analysis, config, judging, llm, metrics, probing, rag, report, social_graph, store, targets
 from tests.conftest import FakeBackend
 from tests.test_footprint import bow_embed
 from tests.test_metrics import row
@@ -89,7 +89,8 @@ def judged_run(tmp_path, dataset):  # noqa: F811
                           ledger=llm.Ledger())
     panel = judging.Panel([judge], "verdict", embed=bow_embed)
     c = cfg()
-    probing.run(c, dataset, index, model("prober", lambda m, s: "any news?"), {"qwen2.5-0.5b": model("assistant", assistant)},
+    probing.run(c, dataset, model("prober", lambda m, s: "any news?"),
+                targets.for_run(c, index, {"qwen2.5-0.5b": model("assistant", assistant)}, dataset.view),
                 tmp_path, check=panel)
     convs = probing.load_conversations(tmp_path)
     rows = judging.judge_run(dataset, convs, panel, tmp_path)

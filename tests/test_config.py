@@ -180,3 +180,31 @@ def test_the_dump_of_a_run_with_hosted_models_parses_back():
     cfg = config.load(run.repo_root() / "params" / "paper.yaml")
     again = config.parse(cfg.dump())  # params.resolved.yaml, as pbench estimate --calibrate reads it
     assert again.dump() == cfg.dump() and "n_parallel" not in cfg.dump()["models"]["prober"]
+
+
+def test_targets_default_to_one_rag_target_per_assistant_model():
+    cfg = config.parse(minimal_params())
+    assert [(t.label, t.kind, t.prompts) for t in cfg.planned_targets()] == [
+        ("qwen2.5-0.5b", "rag", ("baseline", "privacy_aware"))]
+    cfg = config.parse(minimal_params(targets=[{"kind": "rag"}, {"kind": "extractive",
+                                                                  "defences": ["none", "sensitivity_filter"]}]))
+    extractive = cfg.planned_targets()[1]
+    assert (extractive.label, extractive.prompts, extractive.defences, extractive.budget_words) == (
+        "extractive", ("none",), ("none", "sensitivity_filter"), 60)
+    assert cfg.tags_wanted  # the extractive target's sensitivity filter needs the tagger's verdicts
+
+
+@pytest.mark.parametrize("targets, error", [
+    ([{"kind": "memory"}], r"targets\.0\.kind: unknown kind 'memory'; known: 'rag', 'extractive'"),
+    ([{"kind": "rag", "model": "gpt-x"}], r"targets: item 0: model 'gpt-x' is not the label of a models\.assistant"),
+    ([{"kind": "extractive", "budget_words": 0}], r"targets\.0\.budget_words: .*greater than 0"),
+    ([{"kind": "extractive", "budget_words": -5}], r"targets\.0\.budget_words: .*greater than 0"),
+    ([{"kind": "extractive", "defences": ["firewall"]}], r"targets\.0\.defences\.0: "),
+    ([{"kind": "rag"}, {"kind": "extractive", "budjet_words": 40}], r"targets\.1\.budjet_words: unknown field"),
+    ([{"kind": "extractive"}, {"kind": "extractive"}], r"targets: item 1: target 'extractive' is listed twice"),
+    ([], r"targets: .*at least 1 item"),
+])
+def test_bad_targets_are_one_line_errors_naming_the_field(tmp_path, targets, error):
+    with pytest.raises(config.ConfigError, match=error) as err:
+        config.load(_write(tmp_path, minimal_params(targets=targets)))
+    assert len(str(err.value).splitlines()) == 1

@@ -280,15 +280,17 @@ def test_agreement_per_judge_and_panel_with_intervals_by_secret():
 def test_judge_run_asks_a_confidants_two_questions_at_once(tmp_path):
     """Persona and shared/withheld are independent questions: with one conversation in flight
     both are at the server together, and the records are those of asking one after the other."""
-    from pbench import probing, rag
+    from pbench import probing, rag, targets
     from tests.test_probing import WordCheck, cfg, model
     from tests.test_rag import dataset as dataset_fixture
     from tests.test_social_graph import community as community_fixture
 
     ds = dataset_fixture.__wrapped__(community_fixture.__wrapped__())
     rag.build_index(ds.documents, ds.view, tmp_path, {d.id: True for d in ds.documents}, embed=bow_embed)
-    probing.run(cfg(), ds, rag.Index(tmp_path, embed=bow_embed), model("prober", lambda m, s: "so?"),
-                {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, tmp_path, check=WordCheck())
+    probing.run(cfg(), ds, model("prober", lambda m, s: "so?"),
+                targets.for_run(cfg(), rag.Index(tmp_path, embed=bow_embed),
+                                {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, ds.view),
+                tmp_path, check=WordCheck())
     convs = probing.load_conversations(tmp_path)
     confidants = [c for c in convs if c.authorised]
     assert confidants and len(confidants) < len(convs)
@@ -312,7 +314,7 @@ def test_judge_run_records_every_conversation_once_and_resumes(tmp_path):
     """Stage 05 over real stage-04 records (scripted models): one judgement per conversation
     with ground-truth retrieval counts; a torn last line is cut and a rerun judges only what
     is missing."""
-    from pbench import probing, rag
+    from pbench import probing, rag, targets
     from tests.test_probing import WordCheck, cfg, model
     from tests.test_rag import dataset as dataset_fixture
     from tests.test_social_graph import community as community_fixture
@@ -321,7 +323,8 @@ def test_judge_run_records_every_conversation_once_and_resumes(tmp_path):
     rag.build_index(ds.documents, ds.view, tmp_path, {d.id: True for d in ds.documents}, embed=bow_embed)
     index = rag.Index(tmp_path, embed=bow_embed)
     replies = iter(["fine"] * 3 + ["the SECRET"] * 200)
-    probing.run(cfg(), ds, index, model("prober", lambda m, s: "so?"), {"qwen2.5-0.5b": model("assistant", lambda m, s: next(replies))},
+    probing.run(cfg(), ds, model("prober", lambda m, s: "so?"),
+                targets.for_run(cfg(), index, {"qwen2.5-0.5b": model("assistant", lambda m, s: next(replies))}, ds.view),
                 tmp_path, check=WordCheck())
     convs = probing.load_conversations(tmp_path)
     def answer(messages, settings):
@@ -356,7 +359,7 @@ def test_judge_run_records_every_conversation_once_and_resumes(tmp_path):
 def test_failed_and_given_up_conversations_are_unscored_with_their_reason(tmp_path):
     """A failed prober or an unparsed reply is unscored, never no_leak or withheld; a planned
     conversation that stage 04 gave up gets an unscored record until a rerun finishes it."""
-    from pbench import probing, rag
+    from pbench import probing, rag, targets
     from tests.test_probing import WordCheck, cfg, model
     from tests.test_rag import dataset as dataset_fixture
     from tests.test_social_graph import community as community_fixture
@@ -364,8 +367,9 @@ def test_failed_and_given_up_conversations_are_unscored_with_their_reason(tmp_pa
     ds = dataset_fixture.__wrapped__(community_fixture.__wrapped__())
     rag.build_index(ds.documents, ds.view, tmp_path, {d.id: True for d in ds.documents}, embed=bow_embed)
     index = rag.Index(tmp_path, embed=bow_embed)
-    probing.run(cfg(), ds, index, model("prober", lambda m, s: "so?"),
-                {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, tmp_path, check=WordCheck())
+    probing.run(cfg(), ds, model("prober", lambda m, s: "so?"),
+                targets.for_run(cfg(), index, {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, ds.view),
+                tmp_path, check=WordCheck())
     convs = probing.load_conversations(tmp_path)
     plan = probing.plan(ds, cfg())
     broken = convs[0].model_copy(update={"ended": "prober_unparsed"})
@@ -392,15 +396,17 @@ def test_judgement_counts_ties_ungrounded_votes_and_unscored_inappropriate_turns
     """Per conversation: ties (per turn and component, among parsed votes, and the disclosure
     vote), votes flagged ungrounded, and inappropriate-retrieval turns whose check could not
     decide; a given-up conversation has them all at zero."""
-    from pbench import probing, rag
+    from pbench import probing, rag, targets
     from tests.test_probing import WordCheck, cfg, model
     from tests.test_rag import dataset as dataset_fixture
     from tests.test_social_graph import community as community_fixture
 
     ds = dataset_fixture.__wrapped__(community_fixture.__wrapped__())
     rag.build_index(ds.documents, ds.view, tmp_path, {d.id: True for d in ds.documents}, embed=bow_embed)
-    probing.run(cfg(), ds, rag.Index(tmp_path, embed=bow_embed), model("prober", lambda m, s: "so?"),
-                {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, tmp_path, check=WordCheck())
+    probing.run(cfg(), ds, model("prober", lambda m, s: "so?"),
+                targets.for_run(cfg(), rag.Index(tmp_path, embed=bow_embed),
+                                {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")}, ds.view),
+                tmp_path, check=WordCheck())
     convs = probing.load_conversations(tmp_path)
     # s1's sharing chat (d1) is inappropriate for anyone but Ana (u1) and Ben (u2) in 2024
     conv = next(c for c in convs if not c.authorised and c.audience not in ("u1", "u2") and c.at.year == 2024)

@@ -4,7 +4,7 @@ duplicates after an interruption, whole records."""
 import asyncio
 import json
 
-from pbench import config, llm, probing, store
+from pbench import config, llm, probing, store, targets
 from pbench.schema import LeakCheck
 from tests.conftest import FakeBackend, minimal_params
 from tests.test_rag import dataset, index  # noqa: F401  (fixtures)
@@ -61,10 +61,15 @@ def test_plan_leaves_out_a_secret_no_telling_carries(dataset):  # noqa: F811
     assert {r.secret_id for r in probing.plan(dataset, cfg(**{"probing.secrets": 2}))} == {"s2", "s3"}
 
 
+def rag_targets(dataset, index, assistant, c=None):  # noqa: F811
+    """The run's targets (one rag target, ``qwen2.5-0.5b``) with ``assistant`` as its model."""
+    return targets.for_run(c or cfg(), index, {"qwen2.5-0.5b": assistant}, dataset.view)
+
+
 def _runner(dataset, index, assistant_reply, max_rounds=4):  # noqa: F811
     prober = model("prober", lambda m, s: "Alex: so, anything new with you?")
     target = model("assistant", assistant_reply)
-    return probing.Runner(dataset, index, prober, {"qwen2.5-0.5b": target}, WordCheck(), max_rounds, 3), prober, target
+    return probing.Runner(dataset, prober, rag_targets(dataset, index, target), WordCheck(), max_rounds), prober, target
 
 
 def test_loop_stops_at_the_first_leak_and_runs_full_rounds_otherwise(dataset, index):  # noqa: F811
@@ -96,8 +101,8 @@ def test_an_outsider_is_told_the_topic_and_redrafted_when_it_asserts_the_secret(
         return "How have things been?" if "guessed details" in messages[0]["content"] else "Are you pregnant?"
 
     prober = model("prober", prober_reply)
-    runner = probing.Runner(dataset, index, prober, {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")},
-                            GuardedCheck(), 2, 3)
+    runner = probing.Runner(dataset, prober, rag_targets(dataset, index, model("assistant", lambda m, s: "fine")),
+                            GuardedCheck(), 2)
     probe = next(p for p in probing.plan(dataset, cfg()) if not p.authorised)
     secret = dataset.secret_by_id[probe.secret_id]
     conv = asyncio.run(runner.run(probe))
@@ -107,8 +112,8 @@ def test_an_outsider_is_told_the_topic_and_redrafted_when_it_asserts_the_secret(
     assert secret.content not in first_prompt  # the topic, never the answer
     # A prober that keeps asserting is asked twice more, then what it said is kept and counted.
     stubborn = model("prober", lambda m, s: "Are you pregnant?")
-    runner = probing.Runner(dataset, index, stubborn, {"qwen2.5-0.5b": model("assistant", lambda m, s: "fine")},
-                            GuardedCheck(), 1, 3)
+    runner = probing.Runner(dataset, stubborn, rag_targets(dataset, index, model("assistant", lambda m, s: "fine")),
+                            GuardedCheck(), 1)
     conv = asyncio.run(runner.run(probe))
     assert conv.turns[0].prober_asserted == [0] and conv.turns[0].prober_redrafts == probing.PROBER_REDRAFTS
     # A confidant says what they know: never redrafted.
@@ -129,13 +134,13 @@ def test_run_appends_whole_records_and_resumes_without_duplicates(dataset, index
     c = cfg()
     prober = model("prober", lambda m, s: "hey, how are things?")
     target = model("assistant", lambda m, s: "fine")
-    first = probing.run(c, dataset, index, prober, {"qwen2.5-0.5b": target}, tmp_path, check=WordCheck())
+    first = probing.run(c, dataset, prober, rag_targets(dataset, index, target, c), tmp_path, check=WordCheck())
     assert first["ran"] == first["planned"] == 16 and first["conversations"] == 16
     lines = (tmp_path / "conversations.jsonl").read_text().splitlines()
     # Interrupted: only 7 conversations landed, the 8th was cut mid-write.
     (tmp_path / "conversations.jsonl").write_text("\n".join(lines[:7]) + "\n" + lines[7][:50])
     calls_before = len(target.backend.calls)
-    second = probing.run(c, dataset, index, prober, {"qwen2.5-0.5b": target}, tmp_path, check=WordCheck())
+    second = probing.run(c, dataset, prober, rag_targets(dataset, index, target, c), tmp_path, check=WordCheck())
     assert second["resumed"] == 7 and second["ran"] == 9
     assert len(target.backend.calls) - calls_before == 9 * 4
     records = store.read_jsonl(tmp_path / "conversations.jsonl")
@@ -151,7 +156,7 @@ def test_a_model_that_gives_up_is_counted_not_recorded(dataset, index, tmp_path)
     prober = model("prober", lambda m, s: "hi", max_retries=1)
     target = model("assistant", lambda m, s: httpx.ConnectError("down"), max_retries=1)
     target.backoff_s = 0.0
-    report = probing.run(c, dataset, index, prober, {"qwen2.5-0.5b": target}, tmp_path, check=WordCheck())
+    report = probing.run(c, dataset, prober, rag_targets(dataset, index, target, c), tmp_path, check=WordCheck())
     assert report["conversations"] == 0 and len(report["errors"]) == report["planned"] == 5
     assert "gave up after 2 attempts" in report["errors"][0]
 
@@ -159,8 +164,9 @@ def test_a_model_that_gives_up_is_counted_not_recorded(dataset, index, tmp_path)
 def test_the_audit_counts_outsider_assertions_echoes_and_empty_replies(dataset, index):  # noqa: F811
     from pbench import audit
 
-    runner = probing.Runner(dataset, index, model("prober", lambda m, s: "Are you pregnant?"),
-                            {"qwen2.5-0.5b": model("assistant", lambda m, s: "Are you pregnant?")}, GuardedCheck(), 1, 3)
+    runner = probing.Runner(dataset, model("prober", lambda m, s: "Are you pregnant?"),
+                            rag_targets(dataset, index, model("assistant", lambda m, s: "Are you pregnant?")),
+                            GuardedCheck(), 1)
     outsider = next(p for p in probing.plan(dataset, cfg()) if not p.authorised)
     conv = asyncio.run(runner.run(outsider))
     found = audit.probing_audit([conv])
@@ -176,8 +182,8 @@ def test_a_prober_repeating_the_assistant_is_redrafted(dataset, index):  # noqa:
         text = messages[0]["content"]
         return "What else is new?" if "guessed details" in text or "so far" not in text else said
 
-    runner = probing.Runner(dataset, index, model("prober", prober_reply),
-                            {"qwen2.5-0.5b": model("assistant", lambda m, s: said)}, GuardedCheck(), 2, 3)
+    runner = probing.Runner(dataset, model("prober", prober_reply), rag_targets(dataset, index, model("assistant", lambda m, s: said)),
+                            GuardedCheck(), 2)
     conv = asyncio.run(runner.run(next(p for p in probing.plan(dataset, cfg()) if not p.authorised)))
     assert [t.prober for t in conv.turns] == ["What else is new?"] * 2
     assert [t.prober_redrafts for t in conv.turns] == [0, 1]
@@ -187,3 +193,39 @@ def test_the_probers_name_prefix_is_cut_in_any_script():
     assert probing.clean_prober('Álvaro: "so, how is work?"') == "so, how is work?"
     assert probing.clean_prober("Lisa Roberts: hi") == "hi"
     assert probing.clean_prober("so: what's new?") == "so: what's new?"
+
+
+def test_plan_is_unchanged_without_targets_or_with_rag_targets_only(dataset):  # noqa: F811
+    """The ids, labels and order of a run before targets existed: a rerun from its cache makes
+    no call. Two assistant models: prompt, then defence, then model, as before."""
+    import hashlib
+
+    two = [{"provider": "local", "model": "qwen2.5-0.5b"}, {"provider": "local", "model": "qwen2.5-0.5b", "name": "b"}]
+    base = probing.plan(dataset, cfg(**{"models.assistant": two, "probing.prompts": ["baseline", "privacy_aware"]}))
+    for listed in ([{"kind": "rag"}], [{"kind": "rag", "model": "qwen2.5-0.5b"}, {"kind": "rag", "model": "b"}]):
+        assert probing.plan(dataset, cfg(**{"models.assistant": two, "probing.prompts": ["baseline", "privacy_aware"],
+                                            "targets": listed})) == base
+    # Each id is the hash of its fields, the rule of every earlier run.
+    for r in base:
+        key = "|".join((r.secret_id, r.audience, r.strategy, r.prompt, r.defence, r.target))
+        assert r.id == hashlib.sha256(key.encode()).hexdigest()[:12]
+    first = [(r.prompt, r.defence, r.target) for r in base if (r.secret_id, r.audience, r.strategy) ==
+             (base[0].secret_id, base[0].audience, base[0].strategy)]
+    assert first == [(p, d, t) for p in ("baseline", "privacy_aware") for d in ("none", "audience_filter")
+                     for t in ("qwen2.5-0.5b", "b")]
+
+
+def test_the_extractive_target_is_planned_once_per_defence_and_audience_not_per_prompt(dataset):  # noqa: F811
+    over = {"probing.prompts": ["baseline", "privacy_aware"], "probing.defences": ["none"]}
+    rag_only = probing.plan(dataset, cfg(**over))
+    both = probing.plan(dataset, cfg(**over, targets=[{"kind": "rag"}, {"kind": "extractive",
+                                                                       "defences": ["none", "audience_filter"]}]))
+    assert [r for r in both if r.target != "extractive"] == rag_only  # the rag probes untouched
+    extractive = [r for r in both if r.target == "extractive"]
+    # per audience and strategy: 2 defences, one prompt ("none"); 3 outsiders x 2 strategies + 2 confidants
+    assert {(r.prompt, r.defence) for r in extractive} == {("none", "none"), ("none", "audience_filter")}
+    assert len(extractive) == (3 * 2 + 2) * 2 and len(rag_only) == (3 * 2 + 2) * 2
+    assert len({r.id for r in both}) == len(both)
+    # Its own defences default to probing.defences.
+    plain = probing.plan(dataset, cfg(**over, targets=[{"kind": "extractive"}]))
+    assert {(r.target, r.prompt, r.defence) for r in plain} == {("extractive", "none", "none")}

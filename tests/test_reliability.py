@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from pbench import cli, config, judging, llm, probing, rag, report, run, store
+from pbench import cli, config, judging, llm, probing, rag, report, run, store, targets
 from tests.conftest import FakeBackend, ShuffledBackend, minimal_params
 from tests.test_footprint import bow_embed
 from tests.test_probing import cfg
@@ -115,7 +115,8 @@ def test_probing_under_faults_finishes_and_counts_every_give_up(dataset, tmp_pat
     rag.build_index(dataset.documents, dataset.view, tmp_path, {d.id: True for d in dataset.documents},
                     embed=bow_embed)
     c = cfg()
-    out = probing.run(c, dataset, rag.Index(tmp_path, embed=bow_embed), prober, {"qwen2.5-0.5b": assistant},
+    out = probing.run(c, dataset, prober,
+                      targets.for_run(c, rag.Index(tmp_path, embed=bow_embed), {"qwen2.5-0.5b": assistant}, dataset.view),
                       tmp_path, check=panel)
     planned = {p.id for p in probing.plan(dataset, c)}
     convs = probing.load_conversations(tmp_path)

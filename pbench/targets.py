@@ -1,0 +1,212 @@
+"""The systems under test: what stage 04 probes, behind one small interface.
+
+Reads the run's parameters (``targets``, ``models.assistant``, ``probing.top_k``) and stage
+03's index; writes nothing. Stage 04 (``pbench.probing``) knows targets only through
+``Target``: it asks one for a reply to one message in context, and records what it says it
+used. A target never sees ground truth (secret ids, components).
+
+Built-in kinds:
+- ``rag``: the RAG assistant of stage 03 (``rag.Assistant``: an ``assistant`` model, a
+  system prompt, a defence), one target per assistant model.
+- ``extractive``: no generator and no model call. It retrieves as the RAG assistant does
+  (the same query, ``top_k``, defence and time), and replies with the retrieved sentences
+  closest to the query (MiniLM cosine similarity), up to a word budget fixed in advance,
+  in the order a reader meets them. Its leakage rate is what retrieval alone exposes; the
+  RAG target's, lower, is what its generator let through: LR(extractive) - LR(rag) is what
+  the generator caught.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from pbench import matching, rag
+from pbench.config import RunConfig
+from pbench.schema import Document, Turn
+from pbench.social_graph import CommunityView
+
+DEPLOYED_FIELDS = ("id", "owner", "kind", "participants", "group", "timestamp", "text", "public")
+"""What a deployed assistant has of a document: its text and social metadata, never ground truth."""
+
+
+def deployed(documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """The documents as ``Target.ingest`` takes them: ``DEPLOYED_FIELDS`` only (no
+    ``secret_ids``, ``attributes_revealed`` or ``noise``)."""
+    return [{k: getattr(d, k) for k in DEPLOYED_FIELDS} for d in documents]
+
+
+@runtime_checkable
+class Target(Protocol):
+    """One owner's assistant under test.
+
+    Attributes:
+        label: its name in the plan, the records and the tables.
+        kind: ``rag``, ``extractive``, ...
+    """
+
+    label: str
+    kind: str
+
+    def ingest(self, documents: list[dict[str, Any]]) -> None:
+        """Take in the owner's footprint as a deployed assistant would have it
+        (``deployed``: text, participants, group, kind, time; no ground truth)."""
+
+    async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
+                    seed: int | None = None) -> Turn:
+        """Reply to the last message of ``conversation`` (``user``: the asker, ``assistant``:
+        this target) from ``asker`` at ``at``.
+
+        Returns:
+            The reply, the ids of the documents it used (empty where it cannot say), and
+            whether its model's reply was unparsed.
+        """
+
+
+NOTHING = "I have nothing on that."
+"""The extractive target's reply when retrieval finds nothing to quote."""
+
+Factory = Callable[[str, str, str], Target]
+"""(owner, prompt, defence) to that owner's target under that prompt and defence."""
+
+
+@dataclass(frozen=True)
+class Maker:
+    """A planned target's factory (``Factory``), with the models it calls: their response
+    caches are committed before a record made from their replies is written."""
+
+    label: str
+    kind: str
+    make: Factory
+    models: tuple[Any, ...] = ()
+
+    def __call__(self, owner: str, prompt: str, defence: str) -> Target:
+        return self.make(owner, prompt, defence)
+
+
+@dataclass
+class RagTarget:
+    """Stage 03's RAG assistant (``rag.Assistant``) behind the interface."""
+
+    assistant: rag.Assistant
+    label: str
+    kind: str = "rag"
+
+    def ingest(self, documents: list[dict[str, Any]]) -> None:
+        """Nothing to do: stage 03 indexed the footprint (``rag.build``), and ``rag.Index``
+        reads it."""
+
+    async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
+                    seed: int | None = None) -> Turn:
+        return await self.assistant.reply(asker, conversation, at, seed=seed)
+
+
+@dataclass
+class ExtractiveTarget:
+    """Retrieval with the generator removed: the retrieved sentences closest to the query.
+
+    Args:
+        index: the run's index (stage 03); its ``embed`` also encodes the sentences.
+        owner: whose assistant this is.
+        defence: one of ``rag.DEFENCES``, applied at retrieval as the RAG assistant does.
+        top_k: documents retrieved per turn.
+        budget_words: words per reply at most, fixed before any outcome is seen.
+    """
+
+    index: rag.Index
+    owner: str
+    defence: str = "none"
+    top_k: int = 5
+    budget_words: int = 60
+    label: str = "extractive"
+    kind: str = "extractive"
+    history_for_query: int = rag.HISTORY_FOR_QUERY
+    sentences: Callable[[str], list[str]] = field(default=matching.sentences, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.defence not in rag.DEFENCES:
+            raise ValueError(f"unknown defence {self.defence!r}; known: {', '.join(rag.DEFENCES)}")
+        if self.budget_words <= 0:
+            raise ValueError(f"budget_words must be positive, got {self.budget_words}")
+
+    def ingest(self, documents: list[dict[str, Any]]) -> None:
+        """Nothing to do: it reads stage 03's index (``rag.build``)."""
+
+    async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
+                    seed: int | None = None) -> Turn:
+        """Retrieve as ``rag.Assistant`` does, then ``select``; no model call (``seed`` unused)."""
+        from pbench import embeddings
+
+        q = rag.query(conversation, self.history_for_query)
+        vector, docs = await rag.asearch(self.index, self.owner, q, self.top_k, self.defence, asker, at)
+        pieces = [(d, i, s) for d in docs for i, s in enumerate(self.sentences(d.text))]
+        if not pieces:  # the defence left nothing: saying so is a reply, not a failure
+            return Turn(NOTHING, [d.id for d in docs], [{"role": "user", "content": q}])
+        vectors = np.asarray(await embeddings.aembed(self.index.embed, [s for _, _, s in pieces]))
+        chosen = select(pieces, vectors @ vector.reshape(-1), self.budget_words)
+        used = list(dict.fromkeys(d.id for d, _, _ in chosen))
+        return Turn("\n".join(s for _, _, s in chosen), used, [{"role": "user", "content": q}])
+
+
+def select(pieces: list[tuple[rag.Retrieved, int, str]], similarity: np.ndarray,
+           budget_words: int) -> list[tuple[rag.Retrieved, int, str]]:
+    """The sentences a budget of ``budget_words`` takes, most similar first, in reading order.
+
+    Sentences are taken by similarity to the query (ties: the better-retrieved document,
+    then the earlier sentence), a repeated sentence once, until the next one would not fit; the best one alone
+    cut to the budget if even it does not. They are then set out as a reader meets them:
+    documents oldest first (then by id), sentences in their order within each.
+
+    Args:
+        pieces: (retrieved document, position in it, sentence), in retrieval order.
+        similarity: each piece's cosine similarity to the query.
+        budget_words: the word budget.
+    """
+    order = sorted(range(len(pieces)), key=lambda j: (-float(similarity[j]), j))
+    chosen, seen, words = [], set(), 0
+    for j in order:
+        text = pieces[j][2]
+        if text in seen:
+            continue
+        n = len(text.split())
+        if words + n > budget_words:
+            if not chosen:  # the best sentence alone is longer than the budget: its first words
+                chosen.append((pieces[j][0], pieces[j][1], " ".join(text.split()[:budget_words])))
+            break
+        chosen.append(pieces[j])
+        seen.add(text)
+        words += n
+    return sorted(chosen, key=lambda p: (p[0].meta["timestamp"], p[0].id, p[1]))
+
+
+def for_run(cfg: RunConfig, index: rag.Index, assistants: Mapping[str, Any], view: CommunityView) -> dict[str, Maker]:
+    """The run's targets (``cfg.planned_targets()``), by label, as stage 04 takes them.
+
+    Args:
+        cfg: the run's parameters.
+        index: the run's index (stage 03).
+        assistants: assistant model label to its ``assistant`` ChatModel (the rag targets').
+        view: the community (the RAG assistant's persona and relations).
+    Raises:
+        KeyError: a rag target whose model is not among ``assistants``.
+    """
+    k = cfg.probing.top_k
+    out: dict[str, Maker] = {}
+    for t in cfg.planned_targets():
+        if t.kind == "rag":
+            model = assistants[t.label]
+
+            def make(owner: str, prompt: str, defence: str, model: Any = model, label: str = t.label) -> Target:
+                return RagTarget(rag.Assistant(view, index, model, owner, prompt, defence, k), label)
+
+            out[t.label] = Maker(t.label, t.kind, make, (model,))
+        else:
+            def make(owner: str, prompt: str, defence: str, budget: int = t.budget_words) -> Target:
+                return ExtractiveTarget(index, owner, defence, k, budget)
+
+            out[t.label] = Maker(t.label, t.kind, make)
+    return out
