@@ -102,9 +102,9 @@ def draw_tradeoff(long, path: Path | None = None):
             x, y = 100 * osr["value"], 100 * lr["value"]
             xerr = [[x - 100 * osr["lo"]], [100 * osr["hi"] - x]]
             yerr = [[y - 100 * lr["lo"]], [100 * lr["hi"] - y]]
-            x, y = nudge(x, y, 2 * i + (prompt == "privacy_aware"))
+            x, y = nudge(x, y, len(markers) * i + list(markers).index(prompt))
             ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=f"C{i}", capsize=3,
-                        label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')} "
+                        label=f"{defence.replace('_', ' ')}, {metrics.level_name('prompt', prompt)} "
                               f"(LR n={lr['n']:.0f}, OSR n={osr['n']:.0f})")
     ax.set_xlabel("over-secrecy rate, % (lower: more helpful)")
     ax.set_ylabel("leakage rate, % (lower: more private)")

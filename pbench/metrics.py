@@ -241,6 +241,7 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), sharey=True, squeeze=False)
     levels, hues = sorted(part[by].unique()), sorted(part[hue].unique())
     width = 0.8 / max(1, len(hues))
+    labelled: set[str] = set()  # each hue in the legend once, from the first bar it has anywhere
     for ax, m in zip(axes[0], metrics, strict=True):
         rows = part[part["metric"] == m]
         for j, h in enumerate(hues):
@@ -252,7 +253,8 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
                     ax.text(x, 0.02, label, rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
                     continue
                 v, lo, hi = (100 * r[c].iloc[0] for c in ("value", "lo", "hi"))
-                ax.bar(x, v, width, color=f"C{j}", label=h if i == 0 else None)
+                ax.bar(x, v, width, color=f"C{j}", label=None if h in labelled else level_name(hue, h))
+                labelled.add(h)
                 ax.errorbar(x, v, yerr=[[v - lo], [hi - v]], color="black", capsize=3, lw=1)
                 ax.text(x, min(hi, 100) + 1.5, f"{r['count'].iloc[0]:.0f}/{r['n'].iloc[0]:.0f}", ha="center",
                         va="bottom", fontsize=7)
@@ -265,6 +267,14 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
     axes[0][0].set_ylabel("% (95% cluster-bootstrap interval)")
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=len(hues), frameon=False)
     return save(fig, path, rect=(0, 0, 1, 0.9))
+
+
+def level_name(factor: str, level: Any) -> str:
+    """A level as a figure names it: "privacy aware"; a target without a system prompt
+    (extractive, prompt ``none``) as "no system prompt"."""
+    if factor == "prompt" and level == "none":
+        return "no system prompt"
+    return str(level).replace("_", " ")
 
 
 def wilson(successes: float, n: float, z: float = 1.96) -> tuple[float, float]:

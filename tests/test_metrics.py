@@ -193,3 +193,9 @@ def test_an_empty_strata_label_stays_in_its_own_panel():
             assert left <= box.x0 and box.x1 <= right, (ax.get_title(), t.get_text())
     osr = next(ax for ax in fig.axes if ax.get_title().startswith("OSR"))
     assert "all 1 unscored" in [t.get_text() for t in osr.texts]
+    # A prompt with no bar in the first stratum is in the legend all the same; "none" (a
+    # target without a system prompt) is named as such.
+    other = pd.DataFrame([{**row("LR", "none", 4), "defence": "audience_filter", "stratum": "audience_filter/none"},
+                          row("LR", "baseline", 4), row("LR", "none", 4)])
+    fig = metrics.draw_rates(other, metrics=("LR",))
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["baseline", "no system prompt"]
