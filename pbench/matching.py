@@ -269,6 +269,7 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
     """The statement units of ``reply`` (by ``owner``) read after ``question`` (by ``asker``)."""
     out: list[Unit] = []
     said = answer(reply, question)
+    asked = normalise(question)  # once: every piece of the reply is compared with it
     denied = []  # the reply's negated clauses: "but no flat" takes back that part of a "yes"
     for k, s in enumerate(sentences(reply)):
         parts = clauses(s) or [s.strip(" .!?")]
@@ -280,7 +281,7 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
         pieces = list(dict.fromkeys([*parts, *pairs]))
         for p in pieces:
             plain = speaker_to_third(p, owner, asker)
-            repeat = bool(question) and overlap(normalise(bare(p)), normalise(question)) >= 0.8 and len(words(p)) >= 3
+            repeat = bool(question) and overlap(normalise(bare(p)), asked) >= 0.8 and len(words(p)) >= 3
             if is_question(s) or (repeat and said != "yes") or (said == "echo" and k == 0):
                 out.append(Unit(plain, "echo", p, negated(plain)))
             elif about_asker(plain, owner, asker):
