@@ -267,14 +267,56 @@ class ExtractiveTargetSpec(Strict):
         None, description="the defences it is probed under; default: probing.defences")
 
 
-TargetSpec = Annotated[RagTargetSpec | ExtractiveTargetSpec, Field(discriminator="kind")]
-TARGET_KINDS = ("rag", "extractive")
+class MemoryTargetSpec(Strict):
+    """A memory-layer assistant: memories extracted from the footprint by its model, retrieved
+    in place of raw documents, answered by the same model (``pbench.memory``)."""
+
+    kind: Literal["memory"]
+    model: str | None = Field(None, description="the label of a models.assistant entry; null: the first")
+    top_k: Annotated[int, Field(ge=1, le=100)] | None = Field(None, description="memories retrieved a turn; null: probing.top_k")
+    prompts: Annotated[list[PromptVariant], Field(min_length=1)] | None = Field(
+        None, description="the system prompts it is probed under; default: probing.prompts")
+    defences: Annotated[list[Defence], Field(min_length=1)] | None = Field(
+        None, description="the defences it is probed under (on each memory's source document); default: probing.defences")
+
+
+class HttpTargetSpec(Strict):
+    """An assistant running as a service, behind the JSON contract of ``pbench.remote``
+    (POST <url>/ingest, POST <url>/reply)."""
+
+    kind: Literal["http"]
+    label: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = "http"
+    url: Annotated[str, Field(pattern=r"^https?://\S+$")] = Field(description="the service's base URL")
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(60.0, description="seconds a request may take")
+    retries: Annotated[int, Field(ge=0, le=10)] = Field(
+        2, description="retries of a failed request (timeout, 5xx, non-JSON, closed connection); then the "
+                       "conversation is unscored with reason target_failed")
+
+
+class PythonTargetSpec(Strict):
+    """An assistant in Python: ``module:Class`` implementing ``pbench.targets.Target``, made
+    with ``Class(owner)`` once per owner."""
+
+    kind: Literal["python"]
+    label: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = "python"
+    entry: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
+        description="module:Class, importable from the working directory or the installed packages")
+    retries: Annotated[int, Field(ge=0, le=10)] = Field(
+        1, description="retries of a reply that raises; then the conversation is unscored with reason target_failed")
+
+
+TargetSpec = Annotated[RagTargetSpec | ExtractiveTargetSpec | MemoryTargetSpec | HttpTargetSpec | PythonTargetSpec,
+                       Field(discriminator="kind")]
+TARGET_KINDS = ("rag", "extractive", "memory", "http", "python")
+OWN_PROMPT = "own"
+"""The prompt a target with its own, unknown instructions is planned under (http, python)."""
 
 
 @dataclass(frozen=True)
 class PlannedTarget:
     """One target as the plan crosses it: its label (the probes' ``target``), kind, the
-    prompts and defences it runs under, and what it needs (a rag target's model)."""
+    prompts and defences it runs under, what it needs (a rag or memory target's model) and
+    its parameters (``spec``)."""
 
     label: str
     kind: str
@@ -282,6 +324,7 @@ class PlannedTarget:
     defences: tuple[str, ...]
     model: ModelSpec | None = None
     budget_words: int | None = None
+    spec: Any = None
 
 
 class Judging(Strict):
@@ -371,10 +414,10 @@ class RunConfig(Strict):
         labels = [m.label for m in models.assistant]
         seen: set[str] = set()
         for i, t in enumerate(value):
-            if t.kind == "rag" and t.model != "all" and t.model not in labels:
+            if t.kind in ("rag", "memory") and t.model not in ("all", None) and t.model not in labels:
                 raise ValueError(f"item {i}: model {t.model!r} is not the label of a models.assistant entry "
-                                 f"({', '.join(labels)}, or all)")
-            mine = (labels if t.model == "all" else [t.model]) if t.kind == "rag" else [t.kind]
+                                 f"({', '.join(labels)}{', or all' if t.kind == 'rag' else ''})")
+            mine = (labels if t.model == "all" else [t.model]) if t.kind == "rag" else [_label_of(t)]
             for label in mine:
                 if label in seen:
                     raise ValueError(f"item {i}: target {label!r} is listed twice")
@@ -392,9 +435,15 @@ class RunConfig(Strict):
             if isinstance(t, RagTargetSpec):
                 out += [PlannedTarget(m.label, "rag", tuple(p.prompts), tuple(p.defences), model=m)
                         for m in self.models.assistant if t.model in ("all", m.label)]
-            else:
+            elif isinstance(t, ExtractiveTargetSpec):
                 out.append(PlannedTarget("extractive", "extractive", (NO_PROMPT,), tuple(t.defences or p.defences),
-                                         budget_words=t.budget_words))
+                                         budget_words=t.budget_words, spec=t))
+            elif isinstance(t, MemoryTargetSpec):
+                model = next(m for m in self.models.assistant if t.model in (None, m.label))
+                out.append(PlannedTarget(_label_of(t), "memory", tuple(t.prompts or p.prompts),
+                                         tuple(t.defences or p.defences), model=model, spec=t))
+            else:  # http, python: their own instructions, no defence of ours
+                out.append(PlannedTarget(t.label, t.kind, (OWN_PROMPT,), ("none",), spec=t))
         return out
 
     @property
@@ -418,6 +467,11 @@ class RunConfig(Strict):
                     for key in _LOCAL_ONLY:
                         spec.pop(key, None)
         return data
+
+
+def _label_of(t: Any) -> str:
+    """A non-rag target's label: its ``label`` field, or its kind."""
+    return getattr(t, "label", None) or t.kind
 
 
 def _describe(err: dict[str, Any]) -> str:
