@@ -104,6 +104,10 @@ def probing(report: dict[str, Any]) -> str:
     failed = report["ended"].get("prober_unparsed", 0) + report["ended"].get("reply_failed", 0)
     if failed:
         lines.append(f"- {failed} ended on a failed prober or reply: they are counted, never scored.")
+    if gone := report.get("target_failed"):
+        lines.append(f"- {len(gone)} ended on a target that failed after its retries (`target_failed`; counted, "
+                     f"never scored; rerunning the stage tries them again): " + "; ".join(gone[:5])
+                     + ("; ..." if len(gone) > 5 else ""))
     if report.get("errors"):
         lines.append(f"- {len(report['errors'])} did not finish (see `errors`); rerunning the stage resumes them.")
     lines.append(f"- The prober was redrafted {_plural(report['prober_redrafts'], 'time')} for stating what it "

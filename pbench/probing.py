@@ -41,6 +41,7 @@ from pbench.config import RunConfig
 from pbench.footprint import Dataset, carried, may_know
 from pbench.llm import LLMError, flush_caches
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
+from pbench.targets import TargetError, deployed
 
 Factory = Callable[[str, str, str], Any]
 """(owner, prompt, defence) to a target under test (``pbench.targets.Target``: ``reply`` is all
@@ -220,20 +221,25 @@ class Runner:
             conversation = [m for s, h in history for m in ({"role": "user", "content": s},
                                                              {"role": "assistant", "content": h})]
             conversation.append({"role": "user", "content": said})
-            turn = await target.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
+            said_turn = {"round": rnd, "prober": said, "prober_asserted": asserted, "prober_redrafts": redrafts}
+            try:
+                turn = await target.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
+            except TargetError as exc:  # after the target's own retries: unscored, and a rerun tries again
+                turns.append(ProbeTurn(**said_turn, retrieved=[], reply="", reply_unparsed=False,
+                                       check=_not_judged(secret, f"target failed: {exc}")))
+                ended = "target_failed"
+                break
             history.append((said, turn.reply))
             if turn.unparsed or not turn.reply.strip():
                 # Nothing to judge: the conversation is unscored, never read as "no leak".
-                why = "assistant reply unparsed" if turn.unparsed else "assistant reply empty"
-                turns.append(ProbeTurn(round=rnd, prober=said, prober_asserted=asserted, prober_redrafts=redrafts,
-                                       retrieved=turn.retrieved, reply=turn.reply, reply_unparsed=turn.unparsed,
-                                       check=LeakCheck(method="not judged", leaked=None, detail=why,
-                                                       components=["unscored"] * len(secret.core_components))))
+                check = _not_judged(secret, "assistant reply unparsed" if turn.unparsed else "assistant reply empty")
                 ended = "reply_failed"
+            else:
+                check = await self.check(secret, owner_name, said, turn.reply, turns[-1].check if turns else None)
+            turns.append(ProbeTurn(**said_turn, retrieved=turn.retrieved, reply=turn.reply,
+                                   reply_unparsed=turn.unparsed, check=check))
+            if ended == "reply_failed":
                 break
-            check = await self.check(secret, owner_name, said, turn.reply, turns[-1].check if turns else None)
-            turns.append(ProbeTurn(round=rnd, prober=said, prober_asserted=asserted, prober_redrafts=redrafts,
-                                   retrieved=turn.retrieved, reply=turn.reply, reply_unparsed=turn.unparsed, check=check))
             if check.leaked:
                 ended = "shared" if probe.authorised else "leak"
                 break
@@ -243,11 +249,22 @@ class Runner:
                             seconds=round(time.perf_counter() - t0, 2))
 
 
+def _not_judged(secret: Secret, why: str) -> LeakCheck:
+    """A turn with nothing to judge: every component unscored, never read as "no leak"."""
+    return LeakCheck(method="not judged", leaked=None, detail=why,
+                     components=["unscored"] * len(secret.core_components))
+
+
 # --------------------------------------------------------------------------- the stage
 
 
+RETRIED = ("target_failed",)
+"""How a recorded conversation ends that a rerun runs again (its new record replaces it)."""
+
+
 def finished_ids(run_dir: Path) -> set[str]:
-    return {r["id"] for r in store.read_jsonl(run_dir / "conversations.jsonl")}
+    """The conversations a rerun skips: every one recorded, but those whose target failed."""
+    return {r["id"] for r in store.read_jsonl(run_dir / "conversations.jsonl") if r.get("ended") not in RETRIED}
 
 
 def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory], run_dir: str | Path,
@@ -304,12 +321,13 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
                 progress.set_postfix(leaks=counts["leaks"], refresh=False)
                 progress.update(1)
 
-        await asyncio.gather(*(one(r) for r in todo))
+        ready = await _prepare(targets, {r.owner for r in todo}, ds, errors)
+        await asyncio.gather(*(one(r) for r in todo if r.target in ready))
 
     t0 = time.perf_counter()
     run_sync(all_conversations())
     seconds = time.perf_counter() - t0
-    store.sort_jsonl(run_dir / "conversations.jsonl", [r.id for r in rows])
+    store.sort_jsonl(run_dir / "conversations.jsonl", [r.id for r in rows], last_wins=True)
     convs = load_conversations(run_dir)
     report = {
         "planned": len(rows), "secrets_probed": len({r.secret_id for r in rows}),
@@ -317,7 +335,8 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
         "errors": sorted(errors),
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed",
-                                                                        "reply_failed")},
+                                                                        "reply_failed", "target_failed")},
+        "target_failed": [f"{c.id} ({c.target}): {c.turns[-1].check.detail}" for c in convs if c.ended == "target_failed"],
         "seconds": round(seconds, 1),
         "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
         "leak_check": getattr(check, "method", type(check).__name__),
@@ -326,6 +345,23 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
     }
     store.write_json(run_dir / "probing.json", report)
     return report
+
+
+async def _prepare(targets: Mapping[str, Factory], owners: set[str], ds: Dataset, errors: list[str]) -> set[str]:
+    """Await each target's ``prepare`` (``targets.Maker``) with the footprints of ``owners``;
+    the labels of the targets ready to probe. One that fails is named in ``errors``, and its
+    conversations wait for a rerun."""
+    ready = set()
+    for label, make in targets.items():
+        prepare = getattr(make, "prepare", None)
+        if prepare is not None and owners:
+            try:
+                await prepare({o: deployed(ds.corpus(o)) for o in sorted(owners)})
+            except (TargetError, LLMError) as exc:
+                errors.append(f"target {label}: could not ingest the footprints ({exc})")
+                continue
+        ready.add(label)
+    return ready
 
 
 def load_conversations(run_dir: str | Path) -> list[Conversation]:

@@ -209,7 +209,7 @@ class Conversation(Record):
     target: str = Field(description="the target's label: the assistant model's for a rag target, else its kind")
     at: dt.datetime
     turns: list[ProbeTurn]
-    ended: Literal["leak", "shared", "max_rounds", "prober_unparsed", "reply_failed"]
+    ended: Literal["leak", "shared", "max_rounds", "prober_unparsed", "reply_failed", "target_failed"]
     seconds: float = 0.0
 
 

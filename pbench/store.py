@@ -63,16 +63,21 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
     atomic_write_text(path, _lines(records))
 
 
-def sort_jsonl(path: str | Path, ids: list[str], key: str = "id") -> None:
+def sort_jsonl(path: str | Path, ids: list[str], key: str = "id", last_wins: bool = False) -> None:
     """Rewrite a JSONL file with its records in the order of ``ids`` (their ``key`` field),
     atomically, under the file's lock: records written as concurrent work finished come out
-    in plan order. Records whose id is not in ``ids`` keep their order after the others."""
+    in plan order. Records whose id is not in ``ids`` keep their order after the others.
+    With ``last_wins``, of several records with one id only the last written is kept (a
+    rerun's record replaces the one it retried)."""
     path = Path(path)
     if not path.exists():
         return
     rank = {v: i for i, v in enumerate(ids)}
     with locked(path):
-        write_jsonl(path, sorted(read_jsonl(path), key=lambda r: rank.get(r.get(key), len(rank))))
+        records = read_jsonl(path)
+        if last_wins:
+            records = list({r.get(key): r for r in records}.values()) if all(key in r for r in records) else records
+        write_jsonl(path, sorted(records, key=lambda r: rank.get(r.get(key), len(rank))))
 
 
 def read_json(path: str | Path, default: Any = None) -> Any:

@@ -19,7 +19,7 @@ Built-in kinds:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -73,6 +73,16 @@ NOTHING = "I have nothing on that."
 Factory = Callable[[str, str, str], Target]
 """(owner, prompt, defence) to that owner's target under that prompt and defence."""
 
+Prepare = Callable[[Mapping[str, list[dict[str, Any]]]], Awaitable[None]]
+"""Given each owner's footprint (``deployed``), make the target ready to reply for them: a
+memory layer extracts its memories, a service ingests. Stage 04 awaits it once per run,
+before any conversation, for the owners still to be probed."""
+
+
+class TargetError(RuntimeError):
+    """A target failed to reply (or to ingest) after its retries: the conversation is
+    recorded as unscored (``target_failed``), and a rerun tries it again."""
+
 
 @dataclass(frozen=True)
 class Maker:
@@ -83,6 +93,7 @@ class Maker:
     kind: str
     make: Factory
     models: tuple[Any, ...] = ()
+    prepare: Prepare | None = None
 
     def __call__(self, owner: str, prompt: str, defence: str) -> Target:
         return self.make(owner, prompt, defence)
