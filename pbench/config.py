@@ -304,6 +304,44 @@ class PythonTargetSpec(Strict):
     retries: Annotated[int, Field(ge=0, le=10)] = Field(
         1, description="retries of a reply that raises; then the conversation is unscored with reason target_failed")
 
+    @field_validator("entry")
+    @classmethod
+    def _importable(cls, value: str) -> str:
+        import_entry(value)
+        return value
+
+
+START_DIR = "PBENCH_START_DIR"
+"""The environment variable holding the folder ``pbench run`` started in (its notebooks run
+in ``notebooks/``): a python target's module is looked for there first."""
+
+
+def import_entry(entry: str) -> type:
+    """The class a python target's ``module:Class`` names, imported from the folder ``pbench
+    run`` started in, or the installed packages.
+
+    Raises:
+        ValueError: the module does not import, has no such class, or it has no ``reply``.
+    """
+    import importlib
+    import os
+    import sys
+
+    module_name, _, name = entry.partition(":")
+    start = os.environ.get(START_DIR) or os.getcwd()
+    if start not in sys.path:
+        sys.path.insert(0, start)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module {module_name!r} ({exc})") from None
+    found = getattr(module, name, None)
+    if not isinstance(found, type):
+        raise ValueError(f"module {module_name!r} has no class {name!r}")
+    if not callable(getattr(found, "reply", None)):
+        raise ValueError(f"{entry} has no reply method (see pbench.targets.Target)")
+    return found
+
 
 TargetSpec = Annotated[RagTargetSpec | ExtractiveTargetSpec | MemoryTargetSpec | HttpTargetSpec | PythonTargetSpec,
                        Field(discriminator="kind")]

@@ -43,6 +43,8 @@ def _units(metric: str, rows: list[dict[str, Any]]) -> tuple[list[float], list[f
     come from, and how many conversations it left out as unscored."""
     num, den, kept, unscored = [], [], [], 0
     for r in rows:
+        if metric in ("IRR", "catch_rate") and r.get("inappropriate_turns", 0) is None:
+            continue  # a target that cannot say what it used: not applicable, neither scored nor unscored
         if r["verdict"] == "unscored" and _applies(metric, r):
             # A failed prober, an unparsed reply, a give-up, undecided judges: counted, never scored.
             unscored += 1
@@ -271,9 +273,10 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
 
 def level_name(factor: str, level: Any) -> str:
     """A level as a figure names it: "privacy aware"; a target without a system prompt
-    (extractive, prompt ``none``) as "no system prompt"."""
-    if factor == "prompt" and level == "none":
-        return "no system prompt"
+    (extractive, prompt ``none``) as "no system prompt", one with its own instructions (http,
+    python, prompt ``own``) as "its own prompt"."""
+    if factor == "prompt" and level in ("none", "own"):
+        return "no system prompt" if level == "none" else "its own prompt"
     return str(level).replace("_", " ")
 
 

@@ -40,8 +40,8 @@ from pbench import audit, prompts, store
 from pbench.config import RunConfig
 from pbench.footprint import Dataset, carried, may_know
 from pbench.llm import LLMError, flush_caches
-from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret
-from pbench.targets import TargetError, deployed
+from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret, deployed
+from pbench.remote import TargetError
 
 Factory = Callable[[str, str, str], Any]
 """(owner, prompt, defence) to a target under test (``pbench.targets.Target``: ``reply`` is all
@@ -225,7 +225,7 @@ class Runner:
             try:
                 turn = await target.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
             except TargetError as exc:  # after the target's own retries: unscored, and a rerun tries again
-                turns.append(ProbeTurn(**said_turn, retrieved=[], reply="", reply_unparsed=False,
+                turns.append(ProbeTurn(**said_turn, retrieved=None, reply="", reply_unparsed=False,
                                        check=_not_judged(secret, f"target failed: {exc}")))
                 ended = "target_failed"
                 break
@@ -390,7 +390,8 @@ def transcript(ds: Dataset, conv: Conversation) -> str:
     for t in conv.turns:
         lines.append(f"[{t.round}] {v.name(conv.audience).split()[0]}: {t.prober}")
         lines.append(f"    assistant ({v.name(conv.owner).split()[0]}): {t.reply}")
-        lines.append(f"    retrieved: {', '.join(t.retrieved)}; check: {', '.join(t.check.components)}")
+        used = "(the target does not say)" if t.retrieved is None else ", ".join(t.retrieved)
+        lines.append(f"    retrieved: {used}; check: {', '.join(t.check.components)}")
     return "\n".join(lines)
 
 

@@ -189,7 +189,7 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
         asked = [v.get("evidence", "") for v in t.check.votes if v.get("stated") and v.get("how") == "confirmed"]
         parts.append(f'<div class="turn"><div><span class="who">{html.escape(who)}</span>: {highlight(t.prober, asked)}</div>'
                      f'<div class="reply"><span class="who">{html.escape(owner)}</span>: {highlight(t.reply, said)}</div>')
-        for doc_id in t.retrieved:
+        for doc_id in t.retrieved or []:
             doc = ds.by_id.get(doc_id)
             if doc is None:
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -242,6 +243,7 @@ def run(
         StageFailed: a notebook raised; earlier stages' outputs are untouched.
     """
     params_path = Path(params_path).resolve()
+    os.environ.setdefault(config_mod.START_DIR, str(Path.cwd()))  # a python target's module is found from here
     cfg = config_mod.load(params_path)
     config_mod.verify_model_files(cfg)
     if all_stages is None:

@@ -7,6 +7,7 @@ Dates are inclusive: a value, relationship or membership is active on day ``t`` 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -188,7 +189,8 @@ class ProbeTurn(Record):
     prober_asserted: list[int] = Field(default_factory=list, description="core components the prober's message "
                                        "asserted (an unauthorised prober's message is re-asked until it asserts none)")
     prober_redrafts: int = 0
-    retrieved: list[str]
+    retrieved: list[str] | None = Field(description="the ids of the documents the target said it used; null: a "
+                                        "target that cannot say (its IRR is n/a)")
     reply: str
     reply_unparsed: bool = False
     check: LeakCheck
@@ -203,8 +205,9 @@ class Conversation(Record):
     audience: str
     authorised: bool
     strategy: Literal["direct", "indirect"]
-    prompt: Literal["baseline", "privacy_aware", "none"] = Field(
-        description="the target's system prompt; 'none' for a target that has none (extractive)")
+    prompt: Literal["baseline", "privacy_aware", "none", "own"] = Field(
+        description="the target's system prompt; 'none' for a target that has none (extractive), 'own' for one "
+                    "with its own instructions (http, python)")
     defence: Literal["none", "audience_filter", "sensitivity_filter"]
     target: str = Field(description="the target's label: the assistant model's for a rag target, else its kind")
     at: dt.datetime
@@ -220,6 +223,16 @@ class Turn:
     where it has one, and whether its model's reply could not be parsed."""
 
     reply: str
-    retrieved: list[str]
+    retrieved: list[str] | None
     messages: list[dict[str, str]] = field(default_factory=list, repr=False)
     unparsed: bool = False
+
+
+DEPLOYED_FIELDS = ("id", "owner", "kind", "participants", "group", "timestamp", "text", "public")
+"""What a deployed assistant has of a document: its text and social metadata, never ground truth."""
+
+
+def deployed(documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """The documents as ``Target.ingest`` takes them: ``DEPLOYED_FIELDS`` only (no
+    ``secret_ids``, ``attributes_revealed`` or ``noise``)."""
+    return [{k: getattr(d, k) for k in DEPLOYED_FIELDS} for d in documents]

@@ -25,20 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pbench import matching, rag
-from pbench.config import RunConfig
-from pbench.schema import Document, Turn
+from pbench import matching, rag, remote
+from pbench.config import PlannedTarget, RunConfig, import_entry
+from pbench.schema import DEPLOYED_FIELDS, Turn, deployed  # noqa: F401  (the interface's names)
 from pbench.social_graph import CommunityView
-
-DEPLOYED_FIELDS = ("id", "owner", "kind", "participants", "group", "timestamp", "text", "public")
-"""What a deployed assistant has of a document: its text and social metadata, never ground truth."""
-
-
-def deployed(documents: Sequence[Document]) -> list[dict[str, Any]]:
-    """The documents as ``Target.ingest`` takes them: ``DEPLOYED_FIELDS`` only (no
-    ``secret_ids``, ``attributes_revealed`` or ``noise``)."""
-    return [{k: getattr(d, k) for k in DEPLOYED_FIELDS} for d in documents]
-
 
 @runtime_checkable
 class Target(Protocol):
@@ -77,11 +67,6 @@ Prepare = Callable[[Mapping[str, list[dict[str, Any]]]], Awaitable[None]]
 """Given each owner's footprint (``deployed``), make the target ready to reply for them: a
 memory layer extracts its memories, a service ingests. Stage 04 awaits it once per run,
 before any conversation, for the owners still to be probed."""
-
-
-class TargetError(RuntimeError):
-    """A target failed to reply (or to ingest) after its retries: the conversation is
-    recorded as unscored (``target_failed``), and a rerun tries it again."""
 
 
 @dataclass(frozen=True)
@@ -215,9 +200,23 @@ def for_run(cfg: RunConfig, index: rag.Index, assistants: Mapping[str, Any], vie
                 return RagTarget(rag.Assistant(view, index, model, owner, prompt, defence, k), label)
 
             out[t.label] = Maker(t.label, t.kind, make, (model,))
-        else:
+        elif t.kind == "extractive":
             def make(owner: str, prompt: str, defence: str, budget: int = t.budget_words) -> Target:
                 return ExtractiveTarget(index, owner, defence, k, budget)
 
             out[t.label] = Maker(t.label, t.kind, make)
+        elif t.kind in ("http", "python"):
+            out[t.label] = _outside(t)
+        else:
+            raise ValueError(f"target {t.label}: no maker for kind {t.kind!r}")
     return out
+
+
+def _outside(t: PlannedTarget) -> Maker:
+    """The Maker of an http or python target (``pbench.remote``): ingested at prepare."""
+    if t.kind == "http":
+        service = remote.HttpService(t.label, t.spec.url, t.spec.timeout_s, t.spec.retries)
+        return Maker(t.label, t.kind, lambda owner, prompt, defence: remote.HttpTarget(service, owner, t.label),
+                     prepare=service.prepare)
+    made = remote.PythonTargets(t.label, import_entry(t.spec.entry), t.spec.retries)
+    return Maker(t.label, t.kind, lambda owner, prompt, defence: made.target(owner), prepare=made.prepare)

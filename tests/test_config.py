@@ -195,7 +195,7 @@ def test_targets_default_to_one_rag_target_per_assistant_model():
 
 
 @pytest.mark.parametrize("targets, error", [
-    ([{"kind": "memory"}], r"targets\.0\.kind: unknown kind 'memory'; known: 'rag', 'extractive'"),
+    ([{"kind": "mem"}], r"targets\.0\.kind: unknown kind 'mem'; known: 'rag', 'extractive', 'memory', 'http', 'python'"),
     ([{"kind": "rag", "model": "gpt-x"}], r"targets: item 0: model 'gpt-x' is not the label of a models\.assistant"),
     ([{"kind": "extractive", "budget_words": 0}], r"targets\.0\.budget_words: .*greater than 0"),
     ([{"kind": "extractive", "budget_words": -5}], r"targets\.0\.budget_words: .*greater than 0"),
