@@ -9,7 +9,8 @@ Counts come from the parameters, by the plan's own arithmetic:
 - model calls per stage and role from what each stage asks per unit of work (stage 01: one
   request per person and two for the community; stage 02: a request per ``docs_per_call``
   mundane documents and one per telling of a secret; stage 04: the prober once per turn, the
-  assistant once per turn of a rag target (the extractive target calls no model), with ``judging.method: verdict`` or ``combined`` each judge once per component
+  assistant once per turn of a rag or memory target (the extractive target calls no model;
+  an http or python target's own time is named, not estimated), with ``judging.method: verdict`` or ``combined`` each judge once per component
   per turn (``combined`` with ``judging.samples``: 1 + samples times);
   stage 05: each judge once per conversation, twice with a confidant, and the dev set's rows as
   the run samples them; stage 07: the snippets).
@@ -38,6 +39,10 @@ from typing import Any
 
 from pbench import store
 from pbench.config import ModelSpec, RunConfig
+
+GENERATING = ("rag", "memory")
+"""The target kinds whose every reply is an ``assistant`` model call (the extractive target
+calls none; http and python targets call their own, which the estimate cannot see)."""
 
 CALIBRATION = Path(__file__).parent / "data" / "calibration.json"
 CHARS_PER_TOKEN = 4.0  # English text through the BPE tokenizers of the models we run (about 4 characters a token)
@@ -169,14 +174,16 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     probed = secrets if p.secrets is None else min(secrets, p.secrets)
     planned = cfg.planned_targets()
     cells = sum(len(t.prompts) * len(t.defences) for t in planned)
-    generating = sum(len(t.prompts) * len(t.defences) for t in planned if t.kind == "rag")  # a model call a turn
+    generating = sum(len(t.prompts) * len(t.defences) for t in planned if t.kind in GENERATING)  # a model call a turn
+    outside = sum(len(t.prompts) * len(t.defences) for t in planned if t.kind in ("http", "python"))
     per_cell = probed * (p.unauthorised_per_secret * len(p.strategies) + p.authorised_per_secret)
     confidants = probed * p.authorised_per_secret * cells
     conversations = per_cell * cells
     return {"users": users, "mundane_per_user": mundane, "documents": users * mundane + secrets * TELLINGS_PER_SECRET,
             "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
-            "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds}
+            "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds,
+            "outside_turns": per_cell * outside * p.max_rounds}
 
 
 def dev_rows(cfg: RunConfig) -> list[Any]:
@@ -230,7 +237,7 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
     cfg = config.load(run_dir / "params.resolved.yaml")
     ds = footprint.load_dataset(run_dir)
     convs = probing.load_conversations(run_dir)
-    generating = {t.label for t in cfg.planned_targets() if t.kind == "rag"}
+    generating = {t.label for t in cfg.planned_targets() if t.kind in GENERATING}
     components = sum(len(s.core_components) for s in ds.secrets) / max(len(ds.secrets), 1)
     observed = {"users": len(ds.view.people), "documents": len(ds.documents), "secrets": len(ds.secrets)}
     v = volumes(cfg)
@@ -350,7 +357,7 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
 
     def specs(role: str, stage: str) -> list[ModelSpec]:
         if role == "assistant" and stage == "04_probing":  # the rag targets' models
-            return [t.model for t in cfg.planned_targets() if t.kind == "rag"]
+            return [t.model for t in cfg.planned_targets() if t.kind in GENERATING]
         value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
         return value if isinstance(value, list) else [value]
 
@@ -389,6 +396,9 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
         waves = math.ceil(v["conversations"] / cfg.probing.conversations_in_flight)
         stage_seconds["04_probing"] = max(stage_seconds["04_probing"], waves * rounds * steps * latency_s)
     notes = []
+    if v["outside_turns"]:
+        notes.append(f"the http and python targets' own time is not estimated: stage 04 waits on up to "
+                     f"{v['outside_turns']:.0f} of their replies")
     if dev:
         notes.append(f"stage 05 judges {len(dev)} dev-set rows (the judge's measured error) and stage 07 "
                      f"{cfg.validation.snippets} snippets")

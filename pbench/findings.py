@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pbench import correction, metrics
-from pbench.config import NO_PROMPT
+from pbench.config import NO_PROMPT, OWN_PROMPT
 
 NAMES = {"LR": "leakage rate (LR)", "OSR": "over-secrecy rate (OSR)", "IRR": "inappropriate retrieval rate (IRR)",
          "PC": "persona consistency (PC, 1-5)", "catch_rate": "catch rate"}
@@ -177,10 +177,13 @@ EXTRACTIVE = "extractive"  # the generator-removed target (pbench.targets): read
 
 def _levels(rows: list[dict[str, Any]], factor: str) -> list[Any]:
     """The levels of ``factor`` in the order compared: the reference first. A target without a
-    system prompt (prompt ``none``) is no prompt level; the extractive target is never the
-    reference, so that its difference reads as retrieval alone minus a generating target."""
+    system prompt (prompt ``none``) or with its own (``own``) is no prompt level. The target
+    reference is the first target planned (the rows are in plan order), never the extractive
+    one, so that its difference reads as retrieval alone minus a generating target."""
     first = {"prompt": "baseline", "defence": "none", "strategy": "direct"}.get(factor)
-    levels = {r[factor] for r in rows} - ({NO_PROMPT} if factor == "prompt" else set())
+    if factor == "target":
+        first = next((r["target"] for r in rows if r["target"] != EXTRACTIVE), None)
+    levels = {r[factor] for r in rows} - ({NO_PROMPT, OWN_PROMPT} if factor == "prompt" else set())
     return sorted(levels, key=lambda v: (v != first, factor == "target" and v == EXTRACTIVE, str(v)))
 
 
