@@ -105,9 +105,40 @@ def sentences(text: str) -> list[str]:
 
 
 _CLAUSE = re.compile(r"\s*(?:;|:|\s[-–—]\s|,\s*(?:and|but|so|because|though|although)\s|\s(?:but|and so|so)\s"
+                     r"|,\s(?=(?:(?:so|and|but|just)\s)?(?:please\s)?(?:don't|dont|do not|never)\s(?:tell|say|mention|share|let)\b)"
                      r"|,\s(?=(?:and\s)?(?:I|i|we|he|she|they|it|my|his|her|our|their)\b)"
                      r"|\s(?:that\s)?(?=(?:you're|you are|you've|you have|you were|you'll|you will)\b))\s*",
                      re.IGNORECASE)
+
+
+_SPEAKER = re.compile(r"^([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)?):\s+(?=\S)")
+NOT_SPEAKERS = frozenset({"sure", "yes", "yeah", "no", "note", "well", "okay", "ok", "answer", "reply", "assistant",
+                          "update", "summary", "also", "so", "hi", "hey", "re", "subject", "date", "time", "fact",
+                          "result", "reminder", "user", "question", "context", "source", "p.s", "ps", "edit"})
+
+
+def speaker(line: str) -> tuple[str | None, str]:
+    """A chat line's speaker and its words: "Ben: I'll miss you" is ("Ben", "I'll miss you");
+    a line without a name before a colon (or with "Sure:", "Note:") has none."""
+    m = _SPEAKER.match(line.strip())
+    if m is None or m.group(1).lower() in NOT_SPEAKERS:
+        return None, line
+    return m.group(1), line.strip()[m.end():]
+
+
+def quoted_sentences(text: str) -> list[tuple[str | None, str]]:
+    """``sentences`` of ``text``, each with the speaker of the chat line it is in (``speaker``;
+    None outside a quoted line): a reply that quotes a chat keeps who said what."""
+    out = []
+    for line in re.split(r"\n+", text.strip()):
+        who, said = speaker(line)
+        out += [(who, s) for s in sentences(said)]
+    return out
+
+
+def same_person(name: str, owner: str) -> bool:
+    """Whether ``name`` (a chat line's speaker, maybe a first name) names ``owner``."""
+    return name.lower() == owner.lower() or name.split()[0].lower() in owner.lower().split()
 
 
 def clauses(sentence: str) -> list[str]:
@@ -271,16 +302,19 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
     said = answer(reply, question)
     asked = normalise(question)  # once: every piece of the reply is compared with it
     denied = []  # the reply's negated clauses: "but no flat" takes back that part of a "yes"
-    for k, s in enumerate(sentences(reply)):
+    for k, (who, s) in enumerate(quoted_sentences(reply)):
         parts = clauses(s) or [s.strip(" .!?")]
+        # A quoted chat line by someone else: "I" is its speaker, "you" whom they wrote to
+        # (in the owner's chats, the owner).
+        me, you = (owner, asker) if who is None or same_person(who, owner) else (who, owner)
 
         def asker_part(part: str) -> bool:
-            return about_asker(speaker_to_third(part, owner, asker), owner, asker)
+            return about_asker(speaker_to_third(part, me, you), owner, asker)
 
         pairs = [f"{a}, {b}" for a, b in zip(parts, parts[1:], strict=False) if not (asker_part(a) or asker_part(b))]
         pieces = list(dict.fromkeys([*parts, *pairs]))
         for p in pieces:
-            plain = speaker_to_third(p, owner, asker)
+            plain = speaker_to_third(p, me, you)
             repeat = bool(question) and overlap(normalise(bare(p)), asked) >= 0.8 and len(words(p)) >= 3
             if is_question(s) or (repeat and said != "yes") or (said == "echo" and k == 0):
                 out.append(Unit(plain, "echo", p, negated(plain)))

@@ -121,7 +121,7 @@ class ExtractiveTarget:
     label: str = "extractive"
     kind: str = "extractive"
     history_for_query: int = rag.HISTORY_FOR_QUERY
-    sentences: Callable[[str], list[str]] = field(default=matching.sentences, repr=False)
+    sentences: Callable[[str], list[str]] = field(default_factory=lambda: quoted, repr=False)
 
     def __post_init__(self) -> None:
         if self.defence not in rag.DEFENCES:
@@ -146,6 +146,12 @@ class ExtractiveTarget:
         chosen = select(pieces, vectors @ vector.reshape(-1), self.budget_words)
         used = list(dict.fromkeys(d.id for d, _, _ in chosen))
         return Turn("\n".join(s for _, _, s in chosen), used, [{"role": "user", "content": q}])
+
+
+def quoted(text: str) -> list[str]:
+    """A document's sentences, each chat line's speaker before every sentence of it ("Ben: I'll
+    miss you."), so that a sentence quoted alone still says who said it."""
+    return [f"{who}: {s}" if who else s for who, s in matching.quoted_sentences(text)]
 
 
 def select(pieces: list[tuple[rag.Retrieved, int, str]], similarity: np.ndarray,

@@ -109,3 +109,15 @@ def test_a_yes_about_a_close_one_confirms_only_what_the_question_says():
     assert M.says_more("Luke Harris's brother Dan is locked up in prison", comp, "Luke Harris")
     assert M.says_more("Yusuf in Cairo is Ahmed's son", "Ahmed's son Yusuf lives in Cairo", "Ahmed")  # the place
     assert M.says_more("Ana is proposing", "Ana is planning to propose to her girlfriend Zoe", "Ana")  # about Ana
+
+
+def test_a_quoted_chat_line_speaks_for_its_speaker_and_keeps_a_request_for_silence_apart():
+    # The extractive target (and an assistant that quotes) sets out chat lines with their speaker.
+    reply = "Ana: I am resigning from Acme in May, do not tell anyone\nBen: I will miss you at Acme."
+    got = {u.text: u for u in M.units(reply, "Any news from Ana?", "Ana Lopez", "Carl Diaz")}
+    # "do not tell anyone" is its own clause: it does not negate the resignation.
+    assert not got["Ana Lopez is resigning from Acme in May"].negated
+    assert got["Ben will miss Ana Lopez at Acme"].how == "stated"  # Ben's "I", and "you" is Ana, not the asker
+    assert M.speaker("Sure: I can help") == (None, "Sure: I can help")
+    assert M.quoted_sentences("Ben: Wow. I will miss you.") == [("Ben", "Wow."), ("Ben", "I will miss you.")]
+    assert M.clauses("I'm pregnant, don't tell mom yet") == ["I'm pregnant", "don't tell mom yet"]
