@@ -39,6 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pbench import audit, components, embeddings, matching
+from pbench.config import NO_PROMPT
 from pbench.schema import LeakCheck
 
 REVEALED, NOT_REVEALED, UNSCORED = "revealed", "not revealed", "unscored"
@@ -727,6 +728,8 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
             owner = ds.view.people[conv.owner]
 
             async def persona() -> tuple[float | None, list[dict]]:
+                if conv.prompt == NO_PROMPT:  # the extractive target quotes: it has no voice to keep (PC n/a)
+                    return None, []
                 replies = [t.reply for t in conv.turns if t.reply.strip()]
                 return (await panel.persona(owner.name, owner.persona, replies)) if replies else (None, [])
 

@@ -199,3 +199,19 @@ def test_an_empty_strata_label_stays_in_its_own_panel():
                           row("LR", "baseline", 4), row("LR", "none", 4)])
     fig = metrics.draw_rates(other, metrics=("LR",))
     assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["baseline", "no system prompt"]
+
+
+def test_what_a_target_cannot_have_is_not_applicable_never_unscored():
+    # An http target that does not say what it used: IRR and the catch rate are n/a for it.
+    silent = {**row("h", False, "no_leak", turns=2), "inappropriate_turns": None, "inappropriate_leak_turns": None,
+              "inappropriate_unscored_turns": None}
+    # The extractive target has no generator: no persona to keep, nothing that could catch.
+    quoting = row("x", False, "leak", turns=1, inappropriate=1, leak_turns=1, pc=None, prompt="none", leak_round=1)
+    irr = metrics.rate("IRR", [silent, *ROWS])
+    assert (irr["count"], irr["n"], irr["unscored"], irr["not_applicable"]) == (3, 9, 1, 1)
+    assert metrics.empty(metrics.rate("IRR", [silent])) == "n/a: the target does not say which documents it used"
+    pc = metrics.rate("PC", [quoting])
+    assert pc["n"] == 0 and pc["unscored"] == 0 and metrics.empty(pc) == "n/a"
+    catch = metrics.rate("catch_rate", [quoting, silent])
+    assert catch["n"] == 0 and catch["not_applicable"] == 2
+    assert metrics.rate("LR", [quoting, silent])["count"] == 1  # both still leak or not
