@@ -23,7 +23,8 @@ from pbench import correction, metrics
 from pbench.config import NO_PROMPT, OWN_PROMPT
 
 NAMES = {"LR": "leakage rate (LR)", "OSR": "over-secrecy rate (OSR)", "IRR": "inappropriate retrieval rate (IRR)",
-         "PC": "persona consistency (PC, 1-5)", "catch_rate": "catch rate"}
+         "PC": "persona consistency (PC, 1-5)", "catch_rate": "catch rate",
+         "revealed_share": "revealed share (of a secret's core components, per conversation)"}
 # The paper's Table 2 (arXiv 2512.24848): means over its five target models, in percent (PC on 1-5).
 PAPER_TABLE2 = {
     "overall": {"baseline": {"LR": 15.80, "OSR": 35.75, "IRR": 62.80, "PC": 3.60},
@@ -35,7 +36,7 @@ PAPER_TABLE2 = {
 }
 # The comparisons each factor gets: (factor, arm a, arm b or None for "against the first level").
 COMPARED = {"prompt": ("LR", "OSR", "IRR", "PC"), "defence": ("LR", "OSR", "IRR"), "strategy": ("LR", "IRR"),
-            "target": ("LR", "OSR", "IRR", "PC")}
+            "target": ("LR", "revealed_share", "OSR", "IRR", "PC")}
 
 
 @dataclass

@@ -149,3 +149,26 @@ def test_a_fully_crossed_run_compares_every_row():
     rows = arms(1, 3, secrets=4)
     a, b = findings.matched(rows, "prompt", "privacy_aware", "baseline")
     assert (len(a), len(b)) == (8, 8)
+
+
+def test_targets_of_every_kind_compare_against_the_first_planned_and_say_what_is_not_applicable():
+    rows = tiny_design()
+    # A memory target and an http one that does not say what it used (prompt own, defence none).
+    for s in range(6):
+        rows.append({**row(f"mem-{s}", False, "leak" if s < 3 else "no_leak", secret=f"s{s}", inappropriate=1,
+                           leak_turns=int(s < 3)), "target": "memory"})
+        rows.append({**row(f"http-{s}", False, "no_leak", secret=f"s{s}", prompt="own", share=0.5),
+                     "target": "http", "inappropriate_turns": None, "inappropriate_leak_turns": None,
+                     "inappropriate_unscored_turns": None})
+    found = findings.findings(rows)
+    targets = [f for f in found if f.section == "Targets"]
+    # The reference is the first planned target (m), never the extractive one, nor alphabetical order.
+    assert {f.data["arms"][1] for f in targets} == {"m"}
+    assert {f.data["arms"][0] for f in targets} == {"extractive", "memory", "http"}
+    shares = {f.data["arms"][0]: f for f in targets if f.data["metric"] == "revealed_share"}
+    assert set(shares) == {"extractive", "memory", "http"} and "revealed share" in shares["http"].text
+    assert not [f for f in targets if f.data["arms"][0] == "http" and f.data["metric"] == "IRR"]
+    limits = " ".join(f.text for f in found if f.section == "What cannot be concluded")
+    assert "with target http: n/a: the target does not say which documents it used" in limits
+    assert "persona consistency (PC, 1-5) with target extractive: n/a" in limits
+    assert {f.data.get("arms") for f in found if f.section == "System prompt"} == {("privacy-aware", "baseline")}
