@@ -185,3 +185,28 @@ def test_missing_api_key_is_a_clear_error(monkeypatch):
     spec = config.ModelSpec(provider="openai", model="m", api_key_env="PBENCH_TEST_KEY")
     with pytest.raises(llm.LLMError, match="PBENCH_TEST_KEY is not set"):
         llm.make_backend(spec)
+
+
+def test_cache_keys_are_the_ones_every_existing_cache_holds(tmp_path):
+    # Computed on the code before llm.py became a package: a change here would make every
+    # response cache on disk miss, and a rerun call every model again.
+    assert llm.cache_key({"provider": "openai", "model": "m", "base_url": None}, MSG,
+                         {"temperature": 0.7, "max_tokens": 256, "kwargs": {}, "seed": 0, "attempt": 0, "schema": None}) \
+        == "d51cc9702c3e8d3566449295914baa5d50698f63f67a8bc8b3bb5d5fd8abb3ac"
+    spec = config.ModelSpec(provider="openai", model="m", parse_retries=1, temperature=0.3, max_tokens=99,
+                            kwargs={"top_p": 0.9})
+    cache = llm.ResponseCache(tmp_path / "c.sqlite")
+    b = FakeBackend(["not json", '{"leaked": true, "reason": "r"}', "free text", "with top"])
+    m = llm.ChatModel(spec, "judge", b, cache, seed=5, backoff_s=0.0, ledger=llm.Ledger())
+    m.complete(MSG, Verdict)  # a parse retry: a second attempt with the next seed
+    m.complete([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], seed=11, temperature=0.0)
+    m.complete([{"role": "user", "content": "Yes or no?"}], max_tokens=1, top_logprobs=5)
+    expected = {
+        "5961497185f0da24744a308db375653636e951938c9844dad42a0dc1449c9d0b": "not json",
+        "244af1646dd766abec79fa3562a18ccd342d787555f15a3b9e97af1d67473523": '{"leaked": true, "reason": "r"}',
+        "e20a828f67d12354c4ceabdf0d85d84aedf8463e3ba4ac485351565aaeb2703d": "free text",
+        "026f2e713acd26c9acfab3656187b4273891a7a19c60261e3592b6114d8f99e2": "with top",
+    }
+    assert len(cache) == len(expected)
+    assert {k: cache.get(k).text for k in expected} == expected
+    cache.close()
