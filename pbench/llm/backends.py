@@ -1,0 +1,145 @@
+"""Transports to a model: the ``Backend`` protocol, an OpenAI-compatible client (hosted
+endpoints and the embedded local server alike), LangChain's chat models, and ``make_backend``,
+which picks one from a spec's ``provider``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from pbench import embedded
+from pbench.config import ModelSpec
+from pbench.llm.errors import LLMError, TransientError
+from pbench.llm.replies import Message, RawReply
+from pbench.llm.servers import SERVERS
+
+
+class Backend(Protocol):
+    """Transport to one model. ``identity`` names the model for cache keys."""
+
+    identity: dict[str, Any]
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply: ...
+
+
+class OpenAIBackend:
+    """Chat completions against an OpenAI-compatible endpoint (also the embedded server)."""
+
+    def __init__(self, spec: ModelSpec, base_url: str | None, identity: dict[str, Any], api_key: str) -> None:
+        import openai
+
+        self.spec = spec
+        self.identity = identity
+        # Our own retries and accounting; the client's would be invisible to the ledger.
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=spec.timeout_s)
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply:
+        kwargs: dict[str, Any] = {
+            "model": self.spec.model if self.spec.provider != "local" else "local",
+            "messages": list(messages),
+            "temperature": settings["temperature"],
+            "max_tokens": settings["max_tokens"],
+            **self.spec.kwargs,
+        }
+        if settings.get("seed") is not None:
+            kwargs["seed"] = settings["seed"]
+        if schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema.get("title", "reply"), "schema": schema},
+            }
+        if settings.get("top_logprobs"):
+            kwargs["logprobs"], kwargs["top_logprobs"] = True, settings["top_logprobs"]
+        resp = await self._client.chat.completions.create(**kwargs)
+        if not resp.choices:
+            raise TransientError("the server returned no choices")
+        usage = resp.usage
+        return RawReply(
+            text=resp.choices[0].message.content or "",
+            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            top=_first_token_top(resp.choices[0]) if settings.get("top_logprobs") else None,
+        )
+
+
+def _first_token_top(choice: Any) -> tuple[tuple[str, float], ...] | None:
+    """The first generated token's alternatives from an OpenAI-style choice, or None when the
+    provider returned no log-probabilities."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    return tuple((t.token, float(t.logprob)) for t in (content[0].top_logprobs or []))
+
+
+class LangChainBackend:
+    """Any chat model LangChain's ``init_chat_model`` can build (its package must be installed)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        from langchain.chat_models import init_chat_model
+
+        self.spec = spec
+        self.identity = {"provider": "langchain", "model": spec.model, "base_url": spec.base_url}
+        kwargs = dict(spec.kwargs)
+        if spec.base_url:
+            kwargs["base_url"] = spec.base_url
+        if spec.api_key_env:
+            kwargs["api_key"] = _api_key(spec)
+        try:
+            self._chat = init_chat_model(
+                spec.model, max_tokens=spec.max_tokens, timeout=spec.timeout_s, max_retries=0, **kwargs
+            )
+        except ImportError as exc:
+            raise LLMError(f"model {spec.model}: its LangChain package is not installed ({exc})") from None
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply:
+        chat = self._chat.bind(temperature=settings["temperature"], max_tokens=settings["max_tokens"])
+        if schema is None:
+            msg = await chat.ainvoke(list(messages))
+            text = msg.content if isinstance(msg.content, str) else json.dumps(msg.content)
+        else:
+            out = await self._chat.with_structured_output(schema, include_raw=True).ainvoke(list(messages))
+            msg = out["raw"]
+            text = json.dumps(out["parsed"]) if out.get("parsed") is not None else _raw_text(msg)
+        usage = getattr(msg, "usage_metadata", None) or {}
+        return RawReply(text, usage.get("input_tokens", 0), usage.get("output_tokens", 0))
+
+
+def _raw_text(msg: Any) -> str:
+    calls = getattr(msg, "tool_calls", None)
+    if calls:
+        return json.dumps(calls[0].get("args", {}))
+    return msg.content if isinstance(msg.content, str) else json.dumps(msg.content)
+
+
+def _api_key(spec: ModelSpec) -> str:
+    if spec.api_key_env is None:
+        return "not-needed"
+    key = os.environ.get(spec.api_key_env)
+    if not key:
+        raise LLMError(f"model {spec.label}: environment variable {spec.api_key_env} is not set")
+    return key
+
+
+def make_backend(spec: ModelSpec) -> Backend:
+    """Build the transport for a model spec (starting the local server if needed)."""
+    if spec.provider == "local":
+        url, path = SERVERS.url(spec)
+        ident = {"provider": "local", "model": spec.model}
+        if spec.model in embedded.EMBEDDED:
+            ident["sha256"] = embedded.EMBEDDED[spec.model].sha256
+        else:
+            ident["file"] = path.name
+            ident["size"] = path.stat().st_size
+        return OpenAIBackend(spec, url + "/v1", ident, api_key="not-needed")
+    if spec.provider == "openai":
+        ident = {"provider": "openai", "model": spec.model, "base_url": spec.base_url}
+        return OpenAIBackend(spec, spec.base_url, ident, api_key=_api_key(spec))
+    return LangChainBackend(spec)
