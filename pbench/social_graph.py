@@ -325,22 +325,6 @@ def build_person(pid: str, identity: Identity, draft: ProfileDraft, persona: str
                   employer_since=identity.employer_since)
 
 
-def _intervals(view: CommunityView, pid: str, attr: str) -> list[tuple[dt.date, dt.date, str]]:
-    return [(a.valid_from, a.valid_to, norm(a.value)) for a in view.attribute_history(pid, attr)]
-
-
-def shared_intervals(view: CommunityView, a: str, b: str, attr: str) -> list[tuple[dt.date, dt.date]]:
-    """Days on which ``a`` and ``b`` hold the same real value of ``attr`` (an employer, a place)."""
-    out = []
-    for fa, ta, va in _intervals(view, a, attr):
-        for fb, tb, vb in _intervals(view, b, attr):
-            if va == vb and va not in NO_VALUE:
-                lo, hi = max(fa, fb), min(ta, tb)
-                if lo <= hi:
-                    out.append((lo, hi))
-    return _merge(out)  # moving together to a new employer keeps them colleagues
-
-
 # --------------------------------------------------------------------------- facts over a lifetime
 # One home for the rules that tie a bond to the people's facts: the generator dates bonds with
 # them, repairs kinds with them, and ``audit`` checks a finished community against them.
@@ -400,7 +384,17 @@ def _merge(spans: list[tuple[dt.date, dt.date]]) -> list[tuple[dt.date, dt.date]
 
 
 def shared_spans(view: CommunityView, a: str, b: str, attr: str) -> list[tuple[dt.date, dt.date]]:
-    """Days in their lives on which ``a`` and ``b`` held the same real ``location`` or ``employer``."""
+    """Days in their lives on which ``a`` and ``b`` held the same real ``location`` or ``employer``.
+
+    The one reading of a shared employer or town, over a life and over the period alike: within
+    the period it reads the dated attributes only (``life_timeline`` adds the drawn facts on
+    days before the period alone), so the period's rules and repair, which ask about days in
+    the period, read the same spans as the lifetime's.
+
+    Returns:
+        Disjoint spans, sorted, two that touch merged (moving together to a new employer
+        keeps them colleagues).
+    """
     out = []
     for fa, ta, va in life_timeline(view, a, attr):
         for fb, tb, vb in life_timeline(view, b, attr):
@@ -642,7 +636,7 @@ def check(community: Community) -> dict[str, list[str]]:
         attr = _bound_attr(r.kind)
         if attr and r.end is not None:
             lo, hi = max(r.start, start), min(r.end, end)
-            if lo <= hi and not any(f <= lo and hi <= t for f, t in shared_intervals(view, r.a, r.b, attr)):
+            if lo <= hi and not _within(shared_spans(view, r.a, r.b, attr), lo, hi):
                 out[attr].append(f"{r.id}: {r.kind} on days the two do not share a {attr}")
     for g in community.groups:
         people = [m.person for m in g.members]
@@ -773,7 +767,10 @@ def _bind_to_shared(view: CommunityView, r: Relationship, rng: random.Random, ch
         return [r]
     start, end = view.period
     lo, hi = max(r.start, start), min(r.end, end)
-    spans = [(f, t) for f, t in shared_intervals(view, r.a, r.b, attr) if f <= hi and lo <= t]
+    # The period's days only: repair moves a bond within the period (a bond that ended before
+    # it shares nothing there, and becomes an acquaintance).
+    in_period = [(max(f, start), t) for f, t in shared_spans(view, r.a, r.b, attr) if start <= t]
+    spans = [(f, t) for f, t in in_period if f <= hi and lo <= t]
     if not spans:
         changes.append(Change(check=attr, record=r.id, action=f"{r.kind} without a shared {attr}: now acquaintance"))
         return [r.model_copy(update={"kind": "acquaintance"})]

@@ -323,6 +323,31 @@ def test_bond_windows_follow_the_facts(facts_community):
     assert kind == "friend" and D(1993, 7, 1) <= start <= D(2012, 8, 31) and not remote
 
 
+def _days(lo, hi):
+    return {lo + dt.timedelta(days=k) for k in range((hi - lo).days + 1)}
+
+
+def test_shared_spans_read_the_dated_attributes_on_the_period_s_days(community, facts_community, tmp_path):
+    """One reading of a shared employer or town: on the period's days, ``shared_spans`` says what
+    the dated attributes say day by day (the drawn facts reach only days before the period), so
+    the period's rules and repair, which ask about those days, read what the audit reads."""
+    cfg = _cfg(**{"community.size": 10, "community.personas_path": _personas(tmp_path)})
+    generated, _ = _generate(cfg, scripted_generator(), tmp_path)
+    for c in (community, facts_community, generated):
+        v = sg.CommunityView(c)
+        start, end = v.period
+        for a in v.people:
+            for b in v.people:
+                for attr in ("employer", "location"):
+                    def held(pid, day):
+                        return sg.norm(v.attributes_at(pid, day).get(attr, ""))
+                    by_day = {d for d in _days(start, end) if held(a, d) == held(b, d) and held(a, d) not in sg.NO_VALUE}
+                    spans = sg.shared_spans(v, a, b, attr)
+                    assert {d for f, t in spans for d in _days(max(f, start), min(t, end))} == by_day, (a, b, attr)
+    # Before the period they differ: Ana and Ben were at Acme from 18 (no date drawn in this one).
+    assert sg.shared_spans(sg.CommunityView(community), "u1", "u2", "employer") == [(D(2012, 1, 1), D(2024, 6, 30))]
+
+
 @pytest.mark.parametrize("fault, expected", [
     ("placeholder", "placeholder_names"),
     ("duplicate", "duplicate_names"),
