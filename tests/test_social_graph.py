@@ -140,6 +140,7 @@ def test_each_check_catches_its_fault_and_repair_fixes_it(community, fault, expe
     fixed, changes = sg.repair(bad, random.Random(0))
     assert {k: v for k, v in sg.check(fixed).items() if v} == {}
     assert expected in {c.check for c in changes}
+    assert {c.check for c in changes} <= set(sg.CHECKS)  # each change is named after the rule it mends
     assert [c.check for c in fixed.changes] == [c.check for c in changes]
 
 
@@ -346,6 +347,23 @@ def test_shared_spans_read_the_dated_attributes_on_the_period_s_days(community, 
                     assert {d for f, t in spans for d in _days(max(f, start), min(t, end))} == by_day, (a, b, attr)
     # Before the period they differ: Ana and Ben were at Acme from 18 (no date drawn in this one).
     assert sg.shared_spans(sg.CommunityView(community), "u1", "u2", "employer") == [(D(2012, 1, 1), D(2024, 6, 30))]
+
+
+def test_the_rule_set_is_the_checks_then_the_audit(facts_community):
+    assert list(sg.check(facts_community)) == list(sg.CHECKS) and list(sg.audit(facts_community)) == list(sg.AUDIT_KINDS)
+    assert [r.name for r in sg.RULES] == [*sg.CHECKS, *sg.AUDIT_KINDS]
+
+
+def test_the_period_and_the_audit_ask_a_bond_for_its_town_over_different_days():
+    """Neighbours since 2005 in York, which both left (in 2010 and 2015), and who live in Leeds
+    through the period: nothing for repair to mend within the period; the audit counts it."""
+    people = [fact_person("u1", "Ana Silva", D(1980, 1, 1), hometown="York, United Kingdom", home_since=D(2010, 1, 1)),
+              fact_person("u2", "Ben Okafor", D(1981, 1, 1), hometown="York, United Kingdom", home_since=D(2015, 1, 1))]
+    rels = [Relationship(id="r1", a="u1", b="u2", kind="neighbour", permanent=False, start=D(2005, 1, 1), end=END)]
+    c = _with_stories(Community(period_start=START, period_end=END, people=people, relationships=rels, groups=[]))
+    assert {k: v for k, v in sg.check(c).items() if v} == {}
+    assert {k: v for k, v in sg.audit(c).items() if v} == {
+        "relationship_places": ["r1: neighbours who do not share a town from 2005-01-01 to 2024-12-31"]}
 
 
 @pytest.mark.parametrize("fault, expected", [
