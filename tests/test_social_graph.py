@@ -4,6 +4,7 @@ with a scripted generator (plus, marked slow, the real embedded model through th
 import datetime as dt
 import json
 import random
+import re
 
 import pytest
 
@@ -600,3 +601,18 @@ def test_replies_in_any_order_give_the_same_community_and_a_cached_run_calls_not
     reproduce.copy_cache(tmp_path / "a" / "llm_cache.sqlite", tmp_path / "c" / "llm_cache.sqlite")
     c, _ = _generate(cfg, NoCalls(), tmp_path / "c")
     assert c == a
+
+
+# --------------------------------------------------------------------------- the stage's modules
+
+
+def test_each_community_module_imports_only_those_listed_above_it():
+    import pbench.community
+    from tests.test_architecture import imports
+
+    order = re.findall(r"^- ``(\w+)``", pbench.community.__doc__, re.M)
+    graph = imports()
+    assert sorted(order) == sorted(m.rpartition(".")[2] for m in graph if m.startswith("pbench.community."))
+    for i, name in enumerate(order):
+        inside = {m for m in graph[f"pbench.community.{name}"] if m.startswith("pbench.community") or m == "pbench.social_graph"}
+        assert inside <= {f"pbench.community.{m}" for m in order[:i]}, (name, inside)
