@@ -4,6 +4,7 @@ with a scripted generator (plus, marked slow, the real embedded model through th
 import datetime as dt
 import json
 import random
+import re
 
 import pytest
 
@@ -140,6 +141,7 @@ def test_each_check_catches_its_fault_and_repair_fixes_it(community, fault, expe
     fixed, changes = sg.repair(bad, random.Random(0))
     assert {k: v for k, v in sg.check(fixed).items() if v} == {}
     assert expected in {c.check for c in changes}
+    assert {c.check for c in changes} <= set(sg.CHECKS)  # each change is named after the rule it mends
     assert [c.check for c in fixed.changes] == [c.check for c in changes]
 
 
@@ -321,6 +323,48 @@ def test_bond_windows_follow_the_facts(facts_community):
     assert sg.bond_windows(v, "partner", "u1", "u2") == [(D(2008, 5, 1), END)]  # Ana 18
     kind, start, remote = sg.fit_kind(v, "colleague", "u3", "u4", random.Random(0), START)
     assert kind == "friend" and D(1993, 7, 1) <= start <= D(2012, 8, 31) and not remote
+
+
+def _days(lo, hi):
+    return {lo + dt.timedelta(days=k) for k in range((hi - lo).days + 1)}
+
+
+def test_shared_spans_read_the_dated_attributes_on_the_period_s_days(community, facts_community, tmp_path):
+    """One reading of a shared employer or town: on the period's days, ``shared_spans`` says what
+    the dated attributes say day by day (the drawn facts reach only days before the period), so
+    the period's rules and repair, which ask about those days, read what the audit reads."""
+    cfg = _cfg(**{"community.size": 10, "community.personas_path": _personas(tmp_path)})
+    generated, _ = _generate(cfg, scripted_generator(), tmp_path)
+    for c in (community, facts_community, generated):
+        v = sg.CommunityView(c)
+        start, end = v.period
+        for a in v.people:
+            for b in v.people:
+                for attr in ("employer", "location"):
+                    def held(pid, day):
+                        return sg.norm(v.attributes_at(pid, day).get(attr, ""))
+                    by_day = {d for d in _days(start, end) if held(a, d) == held(b, d) and held(a, d) not in sg.NO_VALUE}
+                    spans = sg.shared_spans(v, a, b, attr)
+                    assert {d for f, t in spans for d in _days(max(f, start), min(t, end))} == by_day, (a, b, attr)
+    # Before the period they differ: Ana and Ben were at Acme from 18 (no date drawn in this one).
+    assert sg.shared_spans(sg.CommunityView(community), "u1", "u2", "employer") == [(D(2012, 1, 1), D(2024, 6, 30))]
+
+
+def test_the_rule_set_is_the_checks_then_the_audit(facts_community):
+    assert list(sg.check(facts_community)) == list(sg.CHECKS) and list(sg.audit(facts_community)) == list(sg.AUDIT_KINDS)
+    assert [r.name for r in sg.RULES] == [*sg.CHECKS, *sg.AUDIT_KINDS]
+
+
+def test_the_period_and_the_audit_ask_a_bond_for_its_town_over_different_days():
+    """Neighbours since 2005 in York, which both left (in 2010 and 2015), and who live in Leeds
+    through the period: nothing for repair to mend within the period; the audit counts it."""
+    people = [fact_person("u1", "Ana Silva", D(1980, 1, 1), hometown="York, United Kingdom", home_since=D(2010, 1, 1)),
+              fact_person("u2", "Ben Okafor", D(1981, 1, 1), hometown="York, United Kingdom", home_since=D(2015, 1, 1))]
+    rels = [Relationship(id="r1", a="u1", b="u2", kind="neighbour", permanent=False, start=D(2005, 1, 1), end=END)]
+    c = _with_stories(Community(period_start=START, period_end=END, people=people, relationships=rels, groups=[]))
+    assert {k: v for k, v in sg.check(c).items() if v} == {}
+    assert {k: v for k, v in sg.audit(c).items() if v} == {
+        "relationship_places": ["r1: neighbours who do not share a town from 2005-01-01 to 2024-12-31"]}
 
 
 @pytest.mark.parametrize("fault, expected", [
@@ -557,3 +601,18 @@ def test_replies_in_any_order_give_the_same_community_and_a_cached_run_calls_not
     reproduce.copy_cache(tmp_path / "a" / "llm_cache.sqlite", tmp_path / "c" / "llm_cache.sqlite")
     c, _ = _generate(cfg, NoCalls(), tmp_path / "c")
     assert c == a
+
+
+# --------------------------------------------------------------------------- the stage's modules
+
+
+def test_each_community_module_imports_only_those_listed_above_it():
+    import pbench.community
+    from tests.test_architecture import imports
+
+    order = re.findall(r"^- ``(\w+)``", pbench.community.__doc__, re.M)
+    graph = imports()
+    assert sorted(order) == sorted(m.rpartition(".")[2] for m in graph if m.startswith("pbench.community."))
+    for i, name in enumerate(order):
+        inside = {m for m in graph[f"pbench.community.{name}"] if m.startswith("pbench.community") or m == "pbench.social_graph"}
+        assert inside <= {f"pbench.community.{m}" for m in order[:i]}, (name, inside)
