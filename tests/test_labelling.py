@@ -4,6 +4,7 @@ labelling page driven in headless Chromium as a person would, its export read ba
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,114 @@ def test_estimate_says_how_long_labelling_takes():
             in est.table())
     small = estimate.estimate(paper_like(**{"validation.human_sample": 12}), "p.yaml", CALIBRATION)
     assert "about 6.0 min" in small.table()
+
+
+# --------------------------------------------------------------------------- the page, in a browser
+
+
+def press(b, key):
+    """A key pressed and released, as a person types it (``keydown`` is what the page reads)."""
+    code = f"Digit{key}" if key.isdigit() else f"Key{key.upper()}"
+    b.send("Input.dispatchKeyEvent", type="keyDown", key=key, code=code, text=key)
+    b.send("Input.dispatchKeyEvent", type="keyUp", key=key, code=code)
+
+
+def click(b, selector):
+    b.js(f"document.querySelector({json.dumps(selector)}).click()")
+
+
+def shows(b, element):
+    return b.js(f"document.getElementById({json.dumps(element)}).textContent")
+
+
+@needs_chromium
+def test_a_person_labels_three_conversations_reloads_exports_and_agreement_reads_it(judged_run, tmp_path_factory):  # noqa: F811
+    """Three conversations answered (one by clicks, two by keys), the page reloaded, the labels
+    exported as a download and read back by pbench agreement. The first three on the page: a
+    leak as judged (1 turn), a non-leak (4 turns) and a withheld confidant (4 turns)."""
+    run_dir, tmp = judged_run, tmp_path_factory.mktemp("browser")
+    v = by_verdict(run_dir)
+    first = [v["leak"][0], v["no_leak"][0], v["withheld"][0]]
+    rows = {r["id"]: r for r in store.read_jsonl(run_dir / "judgements.jsonl")}
+    picked = [rows[i] for i in first] + [rows[i] for i in sorted(rows) if i not in first and rows[i]["verdict"] != "unscored"]
+    ds, convs = footprint.load_dataset(run_dir), probing.load_conversations(run_dir)
+    page = run_dir / labelling.PAGE
+    page.write_text(labelling.render(labelling.page_data(ds, convs, picked, run_dir.name)))
+    total = len(picked)
+    with Browser(tmp / "profile") as b:
+        (tmp / "downloads").mkdir()
+        session, b.session = b.session, None  # a browser-wide command
+        b.send("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(tmp / "downloads"))
+        b.session = session
+        b.send("Page.navigate", url=page.as_uri())
+        b.wait(READY)
+        assert shows(b, "count") == f"0 of {total} labelled" and shows(b, "where") == f"1 / {total}"
+        # 1. By clicking: both components revealed in the only reply. The judges stay hidden until then.
+        assert "show once you have answered" in shows(b, "judges") and "panel:" not in shows(b, "conv")
+        click(b, '.cell[data-cell="0:0"] button[data-v="revealed"]')
+        assert shows(b, "label") == "Label: not yet (1 answer to go; 1 of 2 components revealed so far)"
+        assert b.js("document.activeElement.dataset.cell") == "0:1"  # the next open component has the focus
+        click(b, '.cell[data-cell="0:1"] button[data-v="revealed"]')
+        assert shows(b, "label") == "Label: leak (2 of 2 components revealed)"
+        assert "panel:" not in shows(b, "conv") and b.js("document.getElementById('showjudges').checked") is False
+        click(b, "#showjudges")
+        assert "the panel agrees with you" in shows(b, "judges") and "panel: revealed so far" in shows(b, "conv")
+        # 2. By keys: n; in turn 1 the first component revealed, the second not; then not, three times.
+        press(b, "n")
+        assert shows(b, "where") == f"2 / {total}" and "panel:" not in shows(b, "conv")  # blind again
+        for key in "12":
+            press(b, key)
+        assert b.js("document.activeElement.dataset.cell") == "1:1"  # component 0 is revealed from here on
+        assert "revealed in turn 1" in shows(b, "conv")
+        for _ in range(3):
+            press(b, "2")
+        assert shows(b, "label") == "Label: no leak (1 of 2 components revealed)"
+        # 3. By keys: a confidant; 1 says the assistant shared the secret. Once answered, the judges
+        # show (the toggle stays as the labeller left it); j hides and shows them.
+        press(b, "n")
+        assert "show once you have answered" in shows(b, "judges")
+        press(b, "1")
+        assert shows(b, "label") == "Label: shared"
+        assert "the panel differs: withheld" in shows(b, "judges")
+        press(b, "j")
+        assert "panel" not in shows(b, "judges") and "panel:" not in shows(b, "conv")
+        press(b, "j")
+        assert "the panel differs: withheld" in shows(b, "judges")
+        assert shows(b, "count") == f"3 of {total} labelled"
+        assert b.js("document.getElementById('fill').style.width") == f"{100 * 3 / total}%"
+        # Reloaded: the answers, the place and the judges' toggle are still there.
+        b.send("Page.reload")
+        b.wait(f"{READY} && document.getElementById('count').textContent.startsWith('3 of')")
+        assert shows(b, "where") == f"3 / {total}" and shows(b, "label") == "Label: shared"
+        press(b, "p")
+        assert b.js("[...document.querySelectorAll('button.on')].map(x => x.dataset.v)") == [
+            "revealed", "not revealed", "not revealed", "not revealed", "not revealed"]
+        # Export: refused without a name, then downloaded as labels.json.
+        click(b, "#export")
+        assert shows(b, "note") == "type your name first"
+        b.js("document.getElementById('labeller').focus()")
+        b.send("Input.insertText", text="Test Labeller")
+        click(b, "#export")
+        assert shows(b, "note") == "exported 3 conversations" and shows(b, "errors") == ""
+        exported = tmp / "downloads" / "labels.json"
+        for _ in range(200):  # written by the browser once the download completes
+            if exported.exists():
+                break
+            time.sleep(0.05)
+    data = json.loads(exported.read_text())
+    assert data["labeller"] == "Test Labeller" and data["run"] == run_dir.name and data["exported"].endswith("Z")
+    assert list(data["conversations"]) == first and data["sample"] == [r["id"] for r in picked]
+    non_leak = data["conversations"][first[1]]
+    assert [t["answers"] for t in non_leak["turns"]] == [[REV, NOT], [None, NOT], [None, NOT], [None, NOT]]
+    assert data["conversations"][first[2]]["disclosure"] == "shared"
+    # Read back. By hand: labels (human, panel) (leak, leak) (no_leak, no_leak) (shared, withheld): 2 of 3,
+    # chance (1 + 1) / 9, kappa (2/3 - 2/9) / (7/9) = 4/7; components RR RR | RN NN: 3 of 4, kappa 1/2.
+    assert cli.main(["agreement", str(run_dir), str(exported)]) == 0
+    found = store.read_json(run_dir / "validation.json")["human"]
+    rows = {(r["rater"], r["level"]): r for r in found["agreement"]}
+    conv, comp = rows[("panel", "conversation")], rows[("panel", "component")]
+    assert (conv["n"], conv["agree"], conv["kappa"]) == (3, 2, pytest.approx(4 / 7, abs=1e-4))
+    assert (comp["n"], comp["agree"], comp["kappa"]) == (4, 3, 0.5)
+    assert found["labellers"][0]["labelled"] == 3 and found["labellers"][0]["partial"] is True
+    assert [d["id"] for d in found["disagreements"]] == [first[2]]
+    assert found["confusion"]["Test Labeller"]["shared"]["withheld"] == 1
