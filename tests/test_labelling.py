@@ -85,17 +85,15 @@ def by_verdict(run_dir):
 
 
 def export(run_dir, labeller, answers, sample=None):
-    """A labels file as the page exports it. ``answers``: per conversation, the answers of its
-    first turns (each a list per component; later turns unanswered), or a confidant's
-    shared/withheld."""
+    """A labels file as the page exports it. ``answers``: per conversation, a confidant's
+    shared/withheld, or the answers (one per component) of its first turn and of every later
+    one (the scripted run's conversations differ in length from one build to the next)."""
     convs = {c.id: c for c in probing.load_conversations(run_dir)}
-    ds = footprint.load_dataset(run_dir)
     out = {"format": labelling.FORMAT, "run": run_dir.name, "labeller": labeller, "exported": "2025-06-01T10:00:00Z",
            "sample": sample or sorted(convs), "conversations": {}}
     for cid, given in answers.items():
         c = convs[cid]
-        n = len(ds.secret_by_id[c.secret_id].core_components)
-        grid = [] if c.authorised else [given[t] if t < len(given) else [None] * n for t in range(len(c.turns))]
+        grid = [] if c.authorised else [given[0]] + [given[1]] * (len(c.turns) - 1)
         label, _ = labelling.label_of(c.authorised, grid, given if c.authorised else None)
         out["conversations"][cid] = {"digest": labelling.digest(c), "authorised": c.authorised,
                                      "turns": [{"round": t + 1, "answers": a} for t, a in enumerate(grid)],
@@ -112,9 +110,10 @@ def ana_and_bo(run_dir):
     """Ana: 6 conversations labelled, 3 as the panel did, 1 started; Bo: 5, one other than Ana."""
     v = by_verdict(run_dir)
     (l1, l2), (n1, n2, n3), w1, s1 = v["leak"][:2], v["no_leak"][:3], v["withheld"][0], v["shared"][0]
-    ana = {l1: [[REV, REV]], l2: [[REV, NOT]], n1: [[NOT, NOT]] * 4, n2: [[REV, REV]], w1: "withheld",
-           s1: "withheld", n3: [[NOT, NOT]]}
-    bo = {l1: [[REV, REV]], l2: [[REV, REV]], n1: [[NOT, NOT]] * 4, n2: [[REV, REV]], w1: "withheld"}
+    both, none, rest = [REV, REV], [NOT, NOT], [None, None]
+    ana = {l1: (both, rest), l2: ([REV, NOT], [None, NOT]), n1: (none, none), n2: (both, rest), w1: "withheld",
+           s1: "withheld", n3: (none, rest)}  # n3: four turns, only the first answered
+    bo = {l1: (both, rest), l2: (both, rest), n1: (none, none), n2: (both, rest), w1: "withheld"}
     sample = [l1, l2, n1, n2, n3, w1, s1, *v["leak"][2:4], v["no_leak"][3]]
     return export(run_dir, "Ana", ana, sample), export(run_dir, "Bo", bo, sample), (l2, n2, s1)
 
@@ -264,6 +263,64 @@ def shows(b, element):
     return b.js(f"document.getElementById({json.dumps(element)}).textContent")
 
 
+def answer_three(b, total, turns):
+    """Conversation 1 by clicks, 2 and 3 by keys, checking what the page shows as it goes;
+    ``turns``: how many the first two have."""
+    assert shows(b, "count") == f"0 of {total} labelled" and shows(b, "where") == f"1 / {total}"
+    # 1. By clicking: both components revealed in the first reply. The judges stay hidden until then.
+    assert "show once you have answered" in shows(b, "judges") and "panel:" not in shows(b, "conv")
+    click(b, '.cell[data-cell="0:0"] button[data-v="revealed"]')
+    left = turns[0]  # the second component in every turn; the first is revealed from here on
+    assert shows(b, "label") == (f"Label: not yet ({left} answer{'s' * (left > 1)} to go; "
+                                 "1 of 2 components revealed so far)")
+    assert b.js("document.activeElement.dataset.cell") == "0:1"  # the next open component has the focus
+    click(b, '.cell[data-cell="0:1"] button[data-v="revealed"]')
+    assert shows(b, "label") == "Label: leak (2 of 2 components revealed)"
+    assert "panel:" not in shows(b, "conv") and b.js("document.getElementById('showjudges').checked") is False
+    click(b, "#showjudges")
+    assert "the panel agrees with you" in shows(b, "judges") and "panel: revealed so far" in shows(b, "conv")
+    # 2. By keys: n; in turn 1 the first component revealed, the second not; then not, every turn.
+    press(b, "n")
+    assert shows(b, "where") == f"2 / {total}" and "panel:" not in shows(b, "conv")  # blind again
+    for key in "12":
+        press(b, key)
+    assert b.js("document.activeElement.dataset.cell") == "1:1"  # component 0 is revealed from here on
+    assert "revealed in turn 1" in shows(b, "conv")
+    for _ in range(turns[1] - 1):
+        press(b, "2")
+    assert shows(b, "label") == "Label: no leak (1 of 2 components revealed)"
+    # 3. By keys: a confidant; 1 says the assistant shared the secret. Once answered, the judges
+    # show (the toggle stays as the labeller left it); j hides and shows them.
+    press(b, "n")
+    assert "show once you have answered" in shows(b, "judges")
+    press(b, "1")
+    assert shows(b, "label") == "Label: shared"
+    assert "the panel differs: withheld" in shows(b, "judges")
+    press(b, "j")
+    assert "panel" not in shows(b, "judges") and "panel:" not in shows(b, "conv")
+    press(b, "j")
+    assert "the panel differs: withheld" in shows(b, "judges")
+    assert shows(b, "count") == f"3 of {total} labelled"
+    bar = b.js("['bar', 'fill'].map(k => document.getElementById(k).getBoundingClientRect().width)")
+    assert bar[1] == pytest.approx(bar[0] * 3 / total, abs=1)  # drawn, not only set
+
+
+def export_as(b, name, folder):
+    """Export refused without a name, then, with ``name`` typed, downloaded to ``folder``."""
+    click(b, "#export")
+    assert shows(b, "note") == "type your name first"
+    b.js("document.getElementById('labeller').focus()")
+    b.send("Input.insertText", text=name)
+    click(b, "#export")
+    assert shows(b, "note") == "exported 3 conversations" and shows(b, "errors") == ""
+    exported = folder / "labels.json"
+    for _ in range(200):  # written by the browser once the download completes
+        if exported.exists():
+            break
+        time.sleep(0.05)
+    return exported
+
+
 @needs_chromium
 def test_a_person_labels_three_conversations_reloads_exports_and_agreement_reads_it(judged_run, tmp_path_factory):  # noqa: F811
     """Three conversations answered (one by clicks, two by keys), the page reloaded, the labels
@@ -271,10 +328,12 @@ def test_a_person_labels_three_conversations_reloads_exports_and_agreement_reads
     leak as judged (1 turn), a non-leak (4 turns) and a withheld confidant (4 turns)."""
     run_dir, tmp = judged_run, tmp_path_factory.mktemp("browser")
     v = by_verdict(run_dir)
-    first = [v["leak"][0], v["no_leak"][0], v["withheld"][0]]
-    rows = {r["id"]: r for r in store.read_jsonl(run_dir / "judgements.jsonl")}
-    picked = [rows[i] for i in first] + [rows[i] for i in sorted(rows) if i not in first and rows[i]["verdict"] != "unscored"]
     ds, convs = footprint.load_dataset(run_dir), probing.load_conversations(run_dir)
+    length = {c.id: len(c.turns) for c in convs}
+    first = [min(v["leak"], key=length.get), v["no_leak"][0], v["withheld"][0]]
+    rows = {r["id"]: r for r in store.read_jsonl(run_dir / "judgements.jsonl")}
+    assert rows[first[1]]["components"] == [NOT, NOT] and length[first[1]] > 1  # what the hand count takes
+    picked = [rows[i] for i in first] + [rows[i] for i in sorted(rows) if i not in first and rows[i]["verdict"] != "unscored"]
     page = run_dir / labelling.PAGE
     page.write_text(labelling.render(labelling.page_data(ds, convs, picked, run_dir.name)))
     total = len(picked)
@@ -285,65 +344,20 @@ def test_a_person_labels_three_conversations_reloads_exports_and_agreement_reads
         b.session = session
         b.send("Page.navigate", url=page.as_uri())
         b.wait(READY)
-        assert shows(b, "count") == f"0 of {total} labelled" and shows(b, "where") == f"1 / {total}"
-        # 1. By clicking: both components revealed in the only reply. The judges stay hidden until then.
-        assert "show once you have answered" in shows(b, "judges") and "panel:" not in shows(b, "conv")
-        click(b, '.cell[data-cell="0:0"] button[data-v="revealed"]')
-        assert shows(b, "label") == "Label: not yet (1 answer to go; 1 of 2 components revealed so far)"
-        assert b.js("document.activeElement.dataset.cell") == "0:1"  # the next open component has the focus
-        click(b, '.cell[data-cell="0:1"] button[data-v="revealed"]')
-        assert shows(b, "label") == "Label: leak (2 of 2 components revealed)"
-        assert "panel:" not in shows(b, "conv") and b.js("document.getElementById('showjudges').checked") is False
-        click(b, "#showjudges")
-        assert "the panel agrees with you" in shows(b, "judges") and "panel: revealed so far" in shows(b, "conv")
-        # 2. By keys: n; in turn 1 the first component revealed, the second not; then not, three times.
-        press(b, "n")
-        assert shows(b, "where") == f"2 / {total}" and "panel:" not in shows(b, "conv")  # blind again
-        for key in "12":
-            press(b, key)
-        assert b.js("document.activeElement.dataset.cell") == "1:1"  # component 0 is revealed from here on
-        assert "revealed in turn 1" in shows(b, "conv")
-        for _ in range(3):
-            press(b, "2")
-        assert shows(b, "label") == "Label: no leak (1 of 2 components revealed)"
-        # 3. By keys: a confidant; 1 says the assistant shared the secret. Once answered, the judges
-        # show (the toggle stays as the labeller left it); j hides and shows them.
-        press(b, "n")
-        assert "show once you have answered" in shows(b, "judges")
-        press(b, "1")
-        assert shows(b, "label") == "Label: shared"
-        assert "the panel differs: withheld" in shows(b, "judges")
-        press(b, "j")
-        assert "panel" not in shows(b, "judges") and "panel:" not in shows(b, "conv")
-        press(b, "j")
-        assert "the panel differs: withheld" in shows(b, "judges")
-        assert shows(b, "count") == f"3 of {total} labelled"
-        bar = b.js("['bar', 'fill'].map(k => document.getElementById(k).getBoundingClientRect().width)")
-        assert bar[1] == pytest.approx(bar[0] * 3 / total, abs=1)  # drawn, not only set
+        answer_three(b, total, [length[i] for i in first[:2]])
         # Reloaded: the answers, the place and the judges' toggle are still there.
         b.send("Page.reload")
         b.wait(f"{READY} && document.getElementById('count').textContent.startsWith('3 of')")
         assert shows(b, "where") == f"3 / {total}" and shows(b, "label") == "Label: shared"
         press(b, "p")
         assert b.js("[...document.querySelectorAll('button.on')].map(x => x.dataset.v)") == [
-            "revealed", "not revealed", "not revealed", "not revealed", "not revealed"]
-        # Export: refused without a name, then downloaded as labels.json.
-        click(b, "#export")
-        assert shows(b, "note") == "type your name first"
-        b.js("document.getElementById('labeller').focus()")
-        b.send("Input.insertText", text="Test Labeller")
-        click(b, "#export")
-        assert shows(b, "note") == "exported 3 conversations" and shows(b, "errors") == ""
-        exported = tmp / "downloads" / "labels.json"
-        for _ in range(200):  # written by the browser once the download completes
-            if exported.exists():
-                break
-            time.sleep(0.05)
+            "revealed", "not revealed"] + ["not revealed"] * (length[first[1]] - 1)
+        exported = export_as(b, "Test Labeller", tmp / "downloads")
     data = json.loads(exported.read_text())
     assert data["labeller"] == "Test Labeller" and data["run"] == run_dir.name and data["exported"].endswith("Z")
     assert list(data["conversations"]) == first and data["sample"] == [r["id"] for r in picked]
     non_leak = data["conversations"][first[1]]
-    assert [t["answers"] for t in non_leak["turns"]] == [[REV, NOT], [None, NOT], [None, NOT], [None, NOT]]
+    assert [t["answers"] for t in non_leak["turns"]] == [[REV, NOT]] + [[None, NOT]] * (length[first[1]] - 1)
     assert data["conversations"][first[2]]["disclosure"] == "shared"
     # Read back. By hand: labels (human, panel) (leak, leak) (no_leak, no_leak) (shared, withheld): 2 of 3,
     # chance (1 + 1) / 9, kappa (2/3 - 2/9) / (7/9) = 4/7; components RR RR | RN NN: 3 of 4, kappa 1/2.
@@ -356,3 +370,32 @@ def test_a_person_labels_three_conversations_reloads_exports_and_agreement_reads
     assert found["labellers"][0]["labelled"] == 3 and found["labellers"][0]["partial"] is True
     assert [d["id"] for d in found["disagreements"]] == [first[2]]
     assert found["confusion"]["Test Labeller"]["shared"]["withheld"] == 1
+
+
+def test_the_report_links_the_page_and_shows_the_agreement(judged_run, tmp_path_factory):  # noqa: F811
+    from bench.report_load import build_report
+
+    page = build_report(judged_run).read_text()
+    assert '<a href="label.html">label.html</a>' in page and "No one has labelled this run yet" in page
+    ana, bo, (l2, n2, s1) = ana_and_bo(judged_run)
+    folder = tmp_path_factory.mktemp("labels")
+    assert cli.main(["agreement", str(judged_run), str(write(folder / "ana.json", ana)),
+                     str(write(folder / "bo.json", bo))]) == 0
+    page = build_report(judged_run).read_text()
+    human = page[page.index('<h2 id="agreement">'):page.index("<h2>Figures</h2>")]
+    assert "Cohen&#x27;s kappa, panel against Ana: 0.31 over 6 conversations; 0.25 over 8 components" in human
+    assert "<h3>Fleiss" in human and "<h3>Confusion: Ana</h3>" in human
+    assert human.count("<details>") == 3 and f"<summary>{l2}: panel leak; Ana: no_leak, Bo: leak</summary>" in human
+
+
+@needs_chromium
+def test_the_page_stage_07_writes_opens_without_errors(judged_run, tmp_path_factory):  # noqa: F811
+    from bench.report_load import dump_dom
+
+    ds, convs = footprint.load_dataset(judged_run), probing.load_conversations(judged_run)
+    picked = labelling.write_page(judged_run, ds, convs, store.read_jsonl(judged_run / "judgements.jsonl"), 12, 1)
+    page = (judged_run / labelling.PAGE).read_text()
+    assert "http://" not in page and "https://" not in page and "<script src" not in page  # self-contained
+    dom = dump_dom((judged_run / labelling.PAGE).as_uri(), tmp_path_factory.mktemp("chromium")).stdout
+    assert 'data-ready="yes"' in dom and '<pre id="errors"></pre>' in dom
+    assert f"0 of {len(picked)} labelled" in dom and f'data-id="{picked[0]["id"]}"' in dom
