@@ -30,6 +30,7 @@ from pbench.validation import cohen_kappa
 LABELS = ("leak", "no_leak", "shared", "withheld")
 STATES = (REVEALED, NOT_REVEALED)
 SECTION = "human"  # its key in validation.json
+FLEISS = "Fleiss' kappa across labellers"  # its table's title
 
 
 def _num(x: float) -> float | None:
@@ -221,7 +222,8 @@ def record(run_dir: str | Path, all_labels: list[labelling.Labels], found: dict[
 
 def tables(found: dict[str, Any]) -> dict[str, Any]:
     """What ``compute`` found as tables: ``labellers``, ``agreement`` (per labeller, rater and
-    level, the interval as ``[lo, hi]``), ``fleiss`` and one ``confusion: NAME`` per labeller."""
+    level, the interval as ``[lo, hi]``), ``FLEISS`` (several labellers) and one
+    ``confusion: NAME`` per labeller."""
     import pandas as pd
 
     out = {"labellers": pd.DataFrame(found["labellers"]).set_index("labeller")[
@@ -233,7 +235,7 @@ def tables(found: dict[str, Any]) -> dict[str, Any]:
                                                                              "kappa"]]
     if found.get("fleiss"):
         f = found["fleiss"]
-        out["fleiss"] = pd.DataFrame([{"level": k, "items": f[k]["items"], "labellers": f["labellers"],
+        out[FLEISS] = pd.DataFrame([{"level": k, "items": f[k]["items"], "labellers": f["labellers"],
                                        "Fleiss' kappa": f[k]["kappa"]} for k in ("conversation", "component")]
                                      ).set_index("level")
     for name, matrix in found["confusion"].items():
@@ -272,8 +274,8 @@ def text(found: dict[str, Any]) -> str:
         lines += ["agreement with each labeller (95% Wilson intervals; Cohen's kappa):",
                   t["agreement"].to_string(float_format=lambda x: f"{x:.3f}", na_rep="undefined"), ""]
     lines += kappa_lines(found)
-    if "fleiss" in t:
-        lines += ["", "across labellers:", t["fleiss"].to_string(float_format=lambda x: f"{x:.3f}", na_rep="undefined")]
+    if FLEISS in t:
+        lines += ["", f"{FLEISS}:", t[FLEISS].to_string(float_format=lambda x: f"{x:.3f}", na_rep="undefined")]
     for name in found["confusion"]:
         lines += ["", f"confusion, {name} (rows) against the panel (columns):", t[f"confusion: {name}"].to_string()]
     lines += ["", f"disagreements with the panel: {len(found['disagreements'])} conversations"]

@@ -279,8 +279,9 @@ def _human(run_dir: Path) -> list[str]:
     body.append(f"<p>People's labels of a sample of this run's conversations ({page}; the panel's leaks are "
                 "oversampled, so these figures describe the sample), against the panel and each judge: agreement per "
                 "conversation and per core component with 95% Wilson intervals, Cohen's kappa, Fleiss' kappa across "
-                "labellers, the confusion matrix and every disagreement. The corrected rates use these labels, each "
-                "weighted by its verdict's share of the run.</p>")
+                "labellers, the confusion matrix and every disagreement. The rater <i>code</i>, where it shows, is "
+                "the panel's rule that a confidant was told the secret when a reply restated a core component. The "
+                "corrected rates use these labels, each weighted by its verdict's share of the run.</p>")
     body += [f"<p>{html.escape(line)}</p>" for line in agreement.kappa_lines(found)]
     for title, table in agreement.tables(found).items():
         body += [f"<h3>{html.escape(title[:1].upper() + title[1:])}</h3>", _table(table)]

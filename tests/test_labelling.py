@@ -384,7 +384,7 @@ def test_the_report_links_the_page_and_shows_the_agreement(judged_run, tmp_path_
     page = build_report(judged_run).read_text()
     human = page[page.index('<h2 id="agreement">'):page.index("<h2>Figures</h2>")]
     assert "Cohen&#x27;s kappa, panel against Ana: 0.31 over 6 conversations; 0.25 over 8 components" in human
-    assert "<h3>Fleiss" in human and "<h3>Confusion: Ana</h3>" in human
+    assert "<h3>Fleiss&#x27; kappa across labellers</h3>" in human and "<h3>Confusion: Ana</h3>" in human
     assert human.count("<details>") == 3 and f"<summary>{l2}: panel leak; Ana: no_leak, Bo: leak</summary>" in human
 
 
