@@ -117,11 +117,12 @@ def _section(cfg: RunConfig, dotted: str) -> Any:
 
 
 def fingerprint(cfg: RunConfig, stage: Stage, notebook: Path, upstream: list[str], run_dir: Path | None = None) -> str:
-    """Hash of what determines a stage's outputs (with its ``inputs`` in ``run_dir``, if any)."""
+    """Hash of what determines a stage's outputs (with its ``inputs`` in ``run_dir``, where
+    there are any: a run without labels keeps the fingerprint it had before inputs existed)."""
     what = {"reads": {s: _section(cfg, s) for s in stage.reads},
             "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "upstream": upstream}
-    if stage.inputs and run_dir is not None:
-        what["inputs"] = input_digests(run_dir, stage.inputs)
+    if run_dir is not None and (given := input_digests(run_dir, stage.inputs)):
+        what["inputs"] = given
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 
