@@ -311,7 +311,7 @@ def read(path: str | Path, run: dict[str, tuple[str, int, int, bool]], strict: b
                  [str(i) for i in data.get("sample") or []], raw=raw)
     for cid, rec in data["conversations"].items():
         mine = run.get(cid)
-        if mine is None or not isinstance(rec, dict) or rec.get("digest") != mine[0]:
+        if mine is None or (isinstance(rec, dict) and rec.get("digest") != mine[0]):
             if strict:
                 what = "is not one of this run's" if mine is None else "differs from this run's conversation of that id"
                 raise LabelsError(f"{path}: from another run ({data.get('run', '?')}): conversation {cid!r} {what}")

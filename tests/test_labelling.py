@@ -214,16 +214,18 @@ def test_stages_05_to_07_read_kept_labels_and_rerun_when_they_change(judged_run,
     tmp_path = tmp_path_factory.mktemp("labels")
     ana, _, (l2, _, _) = ana_and_bo(judged_run)
     run_ = labelling.known(judged_run)
+    cfg = config.parse(minimal_params())
+    stage = next(s for s in run.STAGES if s.name == "05_scoring")
+    notebook = run.default_notebooks_dir() / "05_scoring.ipynb"
+    # No labels: the fingerprint of a run made before labels existed.
+    assert run.fingerprint(cfg, stage, notebook, [], judged_run) == run.fingerprint(cfg, stage, notebook, [])
     labelling.keep(judged_run, [labelling.read(write(tmp_path / "ana.json", ana), run_)])
     assert agreement.human_labels(judged_run)[l2] == "no_leak"
     judgements = store.read_jsonl(judged_run / "judgements.jsonl")
     leak = correction.from_human(agreement.human_labels(judged_run), judgements)["leak"]
     assert leak.counts() == (1, 1, 1, 1)  # l1 caught, n2 missed, n1 right, l2 a false leak
-    cfg = config.parse(minimal_params())
-    stage = next(s for s in run.STAGES if s.name == "05_scoring")
-    notebook = run.default_notebooks_dir() / "05_scoring.ipynb"
     first = run.fingerprint(cfg, stage, notebook, [], judged_run)
-    assert run.fingerprint(cfg, stage, notebook, [], judged_run) == first
+    assert first != run.fingerprint(cfg, stage, notebook, [])
     labelling.keep(judged_run, [labelling.read(write(tmp_path / "ana.json", {**ana, "labeller": "Ann"}), run_)])
     assert run.fingerprint(cfg, stage, notebook, [], judged_run) != first
     # Conversations probed again since: their labels are set aside, not an error.
