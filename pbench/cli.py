@@ -13,6 +13,8 @@
                                       calls, tokens, time and cost of a run, before it starts
     pbench estimate --calibrate RUN [--output FILE]
                                       per-call figures of a finished run, for the estimate
+    pbench agreement RUN LABELS.json [LABELS.json ...]
+                                      people's labels of a run (label.html) against its judges
 """
 
 from __future__ import annotations
@@ -237,6 +239,32 @@ def _estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agreement(args: argparse.Namespace) -> int:
+    """``pbench agreement``: every labels file checked before anything is written; then the
+    figures printed, and kept in the run folder for stages 05-07."""
+    from pathlib import Path
+
+    from pbench import agreement, labelling, store
+
+    run_dir = Path(args.run)
+    if not (run_dir / "judgements.jsonl").is_file():
+        print(f"error: {run_dir}: no judgements.jsonl (a run folder that stage 05 has judged?)", file=sys.stderr)
+        return 2
+    run = labelling.known(run_dir)
+    labels = [labelling.read(path, run) for path in args.labels]
+    labelling.one_name_each(labels)
+    found = agreement.compute(run_dir, labels)
+    gone = agreement.record(run_dir, labels, found)
+    print(agreement.text(found))
+    params = store.read_json(run_dir / "manifest.json", {}).get("params_file", "PARAMS")
+    print(f"\nwritten: {run_dir / 'validation.json'} (section {agreement.SECTION}); "
+          f"{run_dir / labelling.STORED}/: {', '.join(f'{lab.slug}.json' for lab in labels)}"
+          + (f" (removed {', '.join(gone)})" if gone else ""))
+    print(f"the corrected rates, the report and notebook 07 use them once stages 05-07 run again: "
+          f"pbench run {params} (model replies from the cache)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pbench", description="PrivacyBench: do personal assistants keep secrets?")
     sub = p.add_subparsers(dest="command", required=True)
@@ -290,6 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--calibrate", metavar="RUN", help="measure per-call figures on a finished run instead")
     e.add_argument("--output", help="with --calibrate: where to write them (default pbench/data/calibration.json)")
     e.set_defaults(func=_estimate)
+
+    a = sub.add_parser("agreement", help="people's labels of a run (exported by its label.html) against its judges")
+    a.add_argument("run", help="the run folder, e.g. outputs/tiny")
+    a.add_argument("labels", nargs="+", help="labels files exported by the run's label.html, one per labeller")
+    a.set_defaults(func=_agreement)
     return p
 
 

@@ -13,8 +13,11 @@ What each rate's judge is, and what counts as its positive:
   it is corrected as 1 - corrected(1 - catch rate).
 
 Where the judge's error comes from (``measure``), first that gives both rates:
-1. human labels of this run's conversations (``validation/human_labels.csv``, filled in by a
-   person; the labelling page of a later issue will write them too);
+1. human labels of this run's conversations (``labels/``, read back by ``pbench agreement``
+   from the labelling page; several labellers: their majority). The page oversamples the
+   panel's leaks (``pbench.labelling``), so each labelled case is weighted by how many of the
+   run's conversations got its verdict over how many labelled ones did: sensitivity and
+   specificity come out as on the whole run, not as on the sample (``JudgeError.weights``);
 2. the labelled dev set's held-out split, judged by the same panel in stage 05;
 3. else the rate is shown raw, marked "judge not validated for this panel".
 A set with no positive or no negative case cannot give both rates: it says so, in one line.
@@ -62,28 +65,40 @@ class JudgeError:
         cases: per scored case, ``(cluster, truly positive, judged positive)``; the cluster
             (a secret) is what moves together when resampling.
         unscored: labelled cases the judge could not score, left out.
+        weights: what a case the judge called negative, and one it called positive, stands
+            for: 1 and 1 for a set drawn without regard to the verdicts (the dev set); for a
+            sample stratified by the panel's verdict, each verdict's share of the run over
+            its share of the labelled cases (``from_human``), so the weighted counts add up
+            to the cases labelled.
     """
 
     task: str
     source: str
     cases: list[tuple[str, bool, bool]] = field(default_factory=list)
     unscored: int = 0
+    weights: tuple[float, float] = (1.0, 1.0)
 
     def counts(self) -> tuple[int, int, int, int]:
-        """(tp, fn, tn, fp)."""
+        """(tp, fn, tn, fp), as labelled (unweighted)."""
         tp = sum(t and p for _, t, p in self.cases)
         fn = sum(t and not p for _, t, p in self.cases)
         tn = sum(not t and not p for _, t, p in self.cases)
         return tp, fn, tn, len(self.cases) - tp - fn - tn
 
+    def weighted(self) -> tuple[float, float, float, float]:
+        """(tp, fn, tn, fp), each case counted at its verdict's weight."""
+        tp, fn, tn, fp = self.counts()
+        neg, pos = self.weights
+        return tp * pos, fn * neg, tn * neg, fp * pos
+
     @property
     def sensitivity(self) -> float:
-        tp, fn, _, _ = self.counts()
+        tp, fn, _, _ = self.weighted()
         return tp / (tp + fn) if tp + fn else math.nan
 
     @property
     def specificity(self) -> float:
-        _, _, tn, fp = self.counts()
+        _, _, tn, fp = self.weighted()
         return tn / (tn + fp) if tn + fp else math.nan
 
     def problem(self) -> str:
@@ -100,19 +115,22 @@ class JudgeError:
         return ""
 
     def describe(self) -> str:
-        """``recall 0.78, FPR 1.5% on 99 held-out dev cases``."""
-        return f"recall {self.sensitivity:.2f}, FPR {100 * (1 - self.specificity):.1f}% on {self.source}"
+        """``recall 0.78, FPR 1.5% on 99 held-out dev cases`` (``, weighted by the run's
+        verdicts`` after a stratified sample's source)."""
+        weighted = ", weighted by the run's verdicts" if self.weights != (1.0, 1.0) else ""
+        return f"recall {self.sensitivity:.2f}, FPR {100 * (1 - self.specificity):.1f}% on {self.source}{weighted}"
 
     def to_json(self) -> dict[str, Any]:
         tp, fn, tn, fp = self.counts()
         return {"task": self.task, "source": self.source, "tp": tp, "fn": fn, "tn": tn, "fp": fp,
                 "unscored": self.unscored, "sensitivity": _finite(self.sensitivity),
                 "specificity": _finite(self.specificity), "problem": self.problem(),
-                "cases": [list(c) for c in self.cases]}
+                "weights": list(self.weights), "cases": [list(c) for c in self.cases]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> JudgeError:
-        return cls(d["task"], d["source"], [(str(c), bool(t), bool(p)) for c, t, p in d["cases"]], d.get("unscored", 0))
+        return cls(d["task"], d["source"], [(str(c), bool(t), bool(p)) for c, t, p in d["cases"]], d.get("unscored", 0),
+                   tuple(d.get("weights", (1.0, 1.0))))
 
 
 def _finite(x: float) -> float | None:
@@ -147,15 +165,31 @@ def from_dev(rows: list[Any], results: list[dict[str, Any]], split: str | None) 
 
 
 def from_human(labels: dict[str, str], judgements: list[dict[str, Any]]) -> dict[str, JudgeError]:
-    """Both tasks' error from a person's labels of this run's conversations (id to label),
-    against the panel's verdicts, clustered by secret."""
+    """Both tasks' error from people's labels of this run's conversations (id to label),
+    against the panel's verdicts, clustered by secret, weighted by verdict (``JudgeError``):
+    ``judgements`` are every judgement of the run, from which each verdict's share is taken."""
     by_id = {r["id"]: r for r in judgements}
     out = {}
     for task, (positive, negative) in POSITIVE.items():
         triples = [(by_id[i]["secret_id"], label, by_id[i]["verdict"]) for i, label in sorted(labels.items())
                    if i in by_id and label in (positive, negative)]
-        out[task] = from_labels(task, f"{len(triples)} human-labelled conversations of this run", triples)
+        error = from_labels(task, f"{len(triples)} human-labelled conversations of this run", triples)
+        run = [r["verdict"] == positive for r in judgements if r["verdict"] in (positive, negative)]
+        out[task] = reweighted(error, run.count(False), run.count(True))
     return out
+
+
+def reweighted(error: JudgeError, run_negative: int, run_positive: int) -> JudgeError:
+    """``error`` with each verdict weighted by its share of the run (``run_negative`` and
+    ``run_positive`` conversations) over its share of the labelled cases; unchanged where a
+    verdict has no labelled case (nothing to weigh) or the run none of either."""
+    labelled = [p for _, _, p in error.cases]
+    n, k = len(labelled), sum(labelled)
+    total = run_negative + run_positive
+    if not n or not total or k in (0, n):
+        return error
+    error.weights = ((run_negative / total) / ((n - k) / n), (run_positive / total) / (k / n))
+    return error
 
 
 def choose(*sources: dict[str, JudgeError] | None) -> tuple[dict[str, JudgeError], list[str]]:
@@ -200,9 +234,9 @@ def judge_draws(error: JudgeError, n: int, rng: np.random.Generator) -> tuple[np
     clusters = sorted({c for c, _, _ in error.cases})
     index = {c: i for i, c in enumerate(clusters)}
     k = len(clusters)
-    per = np.zeros((k, 4))  # tp, fn, tn, fp per cluster
+    per = np.zeros((k, 4))  # tp, fn, tn, fp per cluster, at their verdict's weight
     for c, t, p in error.cases:
-        per[index[c], (0 if p else 1) if t else (3 if p else 2)] += 1
+        per[index[c], (0 if p else 1) if t else (3 if p else 2)] += error.weights[p]
     pick = rng.integers(0, k, size=(n, k))
     tp, fn, tn, fp = (per[:, j][pick].sum(axis=1) for j in range(4))
     return rng.beta(tp + 0.5, fn + 0.5), rng.beta(tn + 0.5, fp + 0.5)

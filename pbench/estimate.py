@@ -13,7 +13,9 @@ Counts come from the parameters, by the plan's own arithmetic:
   an http or python target's own time is named, not estimated), with ``judging.method: verdict`` or ``combined`` each judge once per component
   per turn (``combined`` with ``judging.samples``: 1 + samples times);
   stage 05: each judge once per conversation, twice with a confidant, and the dev set's rows as
-  the run samples them; stage 07: the snippets).
+  the run samples them; stage 07: the snippets);
+- a person's time to label ``validation.human_sample`` conversations in ``label.html``, at
+  about 30 s a conversation (not part of the run's time).
 
 What the arithmetic cannot know (parse retries, redrafts, regenerations; how long prompts and
 replies are) comes from a calibration run: ``pbench/data/calibration.json``, measured on a
@@ -166,6 +168,7 @@ def _duration(s: float) -> str:
 def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, float]:
     """People, documents, secrets and conversations the parameters plan (range midpoints)."""
     from pbench import footprint
+    from pbench.labelling import SECONDS_PER_CONVERSATION
 
     f, p = cfg.footprint, cfg.probing
     users = _mid(cfg.community.size)
@@ -179,11 +182,13 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     per_cell = probed * (p.unauthorised_per_secret * len(p.strategies) + p.authorised_per_secret)
     confidants = probed * p.authorised_per_secret * cells
     conversations = per_cell * cells
+    labelled = min(cfg.validation.human_sample, conversations)
     return {"users": users, "mundane_per_user": mundane, "documents": users * mundane + secrets * TELLINGS_PER_SECRET,
             "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
             "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds,
-            "outside_turns": per_cell * outside * p.max_rounds}
+            "outside_turns": per_cell * outside * p.max_rounds,
+            "labelling_conversations": labelled, "labelling_seconds": labelled * SECONDS_PER_CONVERSATION}
 
 
 def dev_rows(cfg: RunConfig) -> list[Any]:
@@ -402,6 +407,11 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
     if dev:
         notes.append(f"stage 05 judges {len(dev)} dev-set rows (the judge's measured error) and stage 07 "
                      f"{cfg.validation.snippets} snippets")
+    if v["labelling_conversations"]:
+        notes.append(f"then a person's time, not the machine's: labelling {_n(v['labelling_conversations'])} "
+                     "conversations in label.html (validation.human_sample) at about "
+                     f"{v['labelling_seconds'] / v['labelling_conversations']:.0f} s each, "
+                     f"about {_duration(v['labelling_seconds'])}")
     return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), notes)
 
 

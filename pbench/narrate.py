@@ -142,7 +142,7 @@ def validation(agree: Any, by_category: Any, human: dict[str, Any] | None = None
     Args:
         agree: ``judging.agreement`` over the dev cases (one row per task and judge).
         by_category: ``judging.agreement(..., by="category")`` for the panel.
-        human: ``validation.human_agreement``'s result.
+        human: ``agreement.section``'s result (None: no labels yet).
     """
     lines = []
     for _, r in agree[agree["judge"] == "panel"].iterrows():
@@ -160,10 +160,12 @@ def validation(agree: Any, by_category: Any, human: dict[str, Any] | None = None
         lines.append("- Every category agreed on every case.")
     if not lines:
         lines.append("- No labelled case was judged.")
-    if human and human.get("compared"):
-        lines.append(f"- Human labels: agreement {human['agreement']:.2f}, Cohen's kappa {human['kappa']:.2f} on "
-                     f"{human['compared']} conversations.")
-    else:
+    panel = [r for r in (human or {}).get("agreement", []) if r["rater"] == "panel" and r["level"] == "conversation"]
+    for r in panel:
+        kappa = "undefined" if r["kappa"] is None else f"{r['kappa']:.2f}"
+        lines.append(f"- Human labels ({r['labeller']}): the panel agrees on {r['agree']} of {r['n']} conversations, "
+                     f"{r['agreement']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]; Cohen's kappa {kappa}.")
+    if not panel:
         lines.append("- No conversation of this run has a human label yet: how far the judges agree with people "
-                     "on this run's own conversations is unknown (`validation/human_labels.csv`).")
+                     "on this run's own conversations is unknown (`label.html`, then `pbench agreement`).")
     return "\n".join(lines)

@@ -2,11 +2,12 @@
 in ``report_transcripts/`` beside it.
 
 Run parameters and models, the headline metrics with their intervals (and a warning when
-the run is too small to tell anything apart), the counts they rest on, the tables, every
-figure (embedded as PNG), and a transcript browser: each conversation with its turns; in a
-leaking reply the sentence behind each revealed component is highlighted, and a retrieved
-document that carries the probed secret is shown and marked. No external resources, no
-model calls.
+the run is too small to tell anything apart), the counts they rest on, the tables, people's
+labels of the run against its judges (``pbench.agreement``, with a link to the labelling
+page ``label.html``), every figure (embedded as PNG), and a transcript browser: each
+conversation with its turns; in a leaking reply the sentence behind each revealed component
+is highlighted, and a retrieved document that carries the probed secret is shown and
+marked. No external resources, no model calls.
 
 A paper run has thousands of conversations (tens of MB of transcripts), too many for one
 page to open quickly, so the page holds only an index (each conversation's filter values,
@@ -263,6 +264,35 @@ def _drop_other_files(folder: Path, keep: set[str]) -> None:
         folder.rmdir()
 
 
+def _human(run_dir: Path) -> list[str]:
+    """The section on people's labels of this run (``agreement.section``), or how to make them."""
+    from pbench import agreement, labelling
+
+    found = agreement.section(run_dir)
+    page = f'<a href="{labelling.PAGE}">{labelling.PAGE}</a>'
+    body = ['<h2 id="agreement">Human labels</h2>']
+    if not found:
+        return body + [f"<p>No one has labelled this run yet. Open {page}, beside this report (stage 07 writes it), "
+                       "label its sample blind, export <code>labels.json</code> and run <code>pbench agreement "
+                       f"{html.escape(run_dir.name)} labels.json</code>: the next <code>pbench run</code> shows here how "
+                       "far the judges agree with you, and corrects the rates with your labels.</p>"]
+    body.append(f"<p>People's labels of a sample of this run's conversations ({page}; the panel's leaks are "
+                "oversampled, so these figures describe the sample), against the panel and each judge: agreement per "
+                "conversation and per core component with 95% Wilson intervals, Cohen's kappa, Fleiss' kappa across "
+                "labellers, the confusion matrix and every disagreement. The rater <i>code</i>, where it shows, is "
+                "the panel's rule that a confidant was told the secret when a reply restated a core component. The "
+                "corrected rates use these labels, each weighted by its verdict's share of the run.</p>")
+    body += [f"<p>{html.escape(line)}</p>" for line in agreement.kappa_lines(found)]
+    for title, table in agreement.tables(found).items():
+        body += [f"<h3>{html.escape(title[:1].upper() + title[1:])}</h3>", _table(table)]
+    body.append(f"<h3>Disagreements with the panel ({len(found['disagreements'])})</h3>")
+    for d in found["disagreements"]:
+        said = ", ".join(f"{who}: {label}" for who, label in d["humans"].items())
+        body.append(f"<details><summary>{html.escape(d['id'])}: panel {html.escape(d['panel'])}; {html.escape(said)}"
+                    f"</summary><pre>{html.escape(d['transcript'])}</pre></details>")
+    return body
+
+
 USAGE_COLUMNS = ("calls", "cache_hits", "retries", "injected", "parse_failures", "unparsed", "give_ups")
 
 
@@ -383,6 +413,7 @@ def build(run_dir: str | Path, tables: dict[str, Any], headline: dict[str, str],
                  "<p>Violations of the validity rules found by code in each stage's output; every count should "
                  "be 0 except the assistant's echoes and empty replies, which measure the target model.</p>",
                  _table(quality)]
+    body += _human(run_dir)
     body.append("<h2>Figures</h2>")
     for name, caption in FIGURES:
         png = run_dir / "figures" / f"{name}.png"

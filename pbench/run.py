@@ -41,6 +41,9 @@ class Stage:
             the same fingerprint.
         reports: outputs that describe the attempt (timings, what was resumed) rather than data
             later stages read: checked for damage, but their bytes do not make later stages rerun.
+        inputs: files or folders of the run folder that no stage writes (people's labels, kept
+            by ``pbench agreement``): their bytes are part of the fingerprint, so that new
+            labels rerun the stages that use them.
     """
 
     name: str
@@ -48,6 +51,7 @@ class Stage:
     outputs: tuple[str, ...] = ()
     partial: tuple[str, ...] = ()  # what an interrupted attempt leaves for the next to resume from
     reports: tuple[str, ...] = ()  # outputs describing the attempt (timings, resumed counts), not data
+    inputs: tuple[str, ...] = ()  # what people put in the run folder (labels/), read by the stage
 
 
 # Later issues add their stages here, in order.
@@ -66,9 +70,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("05_scoring", reads=("seed", "models.judge", "judging", "validation.dev_set", "validation.dev_split",
                                "validation.dev_cases"),
           outputs=("judgements.jsonl", "metrics.csv", "scoring.json", "judge_error.json"),
-          partial=("judgements.jsonl",), reports=("scoring.json",)),
-    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures", "findings.md")),
-    Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"), outputs=("validation.json", "validation")),
+          partial=("judgements.jsonl",), reports=("scoring.json",), inputs=("labels",)),
+    Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures", "findings.md"),
+          inputs=("labels",)),
+    Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"),
+          outputs=("validation.json", "validation", "label.html"), inputs=("labels",)),
 )
 
 KERNEL_NAME = "pbench"
@@ -111,18 +117,26 @@ def _section(cfg: RunConfig, dotted: str) -> Any:
     return value
 
 
-def fingerprint(cfg: RunConfig, stage: Stage, notebook: Path, upstream: list[str]) -> str:
-    """Hash of what determines a stage's outputs."""
-    blob = json.dumps(
-        {
-            "reads": {s: _section(cfg, s) for s in stage.reads},
-            "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(),
-            "upstream": upstream,
-        },
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
+def fingerprint(cfg: RunConfig, stage: Stage, notebook: Path, upstream: list[str], run_dir: Path | None = None) -> str:
+    """Hash of what determines a stage's outputs (with its ``inputs`` in ``run_dir``, where
+    there are any: a run without labels keeps the fingerprint it had before inputs existed)."""
+    what = {"reads": {s: _section(cfg, s) for s in stage.reads},
+            "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "upstream": upstream}
+    if run_dir is not None and (given := input_digests(run_dir, stage.inputs)):
+        what["inputs"] = given
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def input_digests(run_dir: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """sha256 of each file under the run folder's ``names`` (files, or folders read whole),
+    by its path in the run folder; a name that does not exist adds nothing."""
+    out = {}
+    for name in names:
+        path = run_dir / name
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] * path.is_file()
+        for f in files:
+            out[f.relative_to(run_dir).as_posix()] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
 
 
 def ensure_kernel() -> str:
@@ -238,8 +252,8 @@ def run(
     Returns:
         One StageResult per stage considered.
     Raises:
-        ConfigError: invalid parameters, or a human-labels file that cannot be read back
-            (``validation.LabelsError``), before anything runs or is written.
+        ConfigError: invalid parameters, or a labels file in the run's ``labels/`` that cannot
+            be read back (``labelling.LabelsError``), before anything runs or is written.
         StageFailed: a notebook raised; earlier stages' outputs are untouched.
     """
     params_path = Path(params_path).resolve()
@@ -257,9 +271,9 @@ def run(
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
     run_dir = cfg.run_dir(base or Path.cwd()).resolve()
-    from pbench import validation
+    from pbench import labelling
 
-    validation.check_human_labels(run_dir)  # a bad labels file stops the run before anything is written
+    labelling.stored(run_dir)  # a bad labels file stops the run before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     store.write_yaml(run_dir / "params.resolved.yaml", cfg.dump())
     manifest = run_dir / "manifest.json"
@@ -284,7 +298,7 @@ def run(
         nb_in = nb_dir / f"{st.name}.ipynb"
         if not nb_in.is_file():
             raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
-        fp = fingerprint(cfg, st, nb_in, upstream)
+        fp = fingerprint(cfg, st, nb_in, upstream, run_dir)
         marker = run_dir / "stages" / f"{st.name}.json"
         done = store.read_json(marker, default={}) if marker.exists() else {}
         damaged = damaged_outputs(run_dir, st, done)

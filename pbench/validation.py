@@ -6,29 +6,20 @@
   of each judge with the hand labels, per category, with 95% intervals resampled by secret.
 - Appendix C.1: balanced snippets from the run, documents that carry a secret and documents
   that do not; each judge's confusion matrix, precision, recall and F1.
-- Appendix C.3: a random sample of conversations exported to a CSV for human labelling; the
-  labels read back give agreement, Cohen's kappa, the confusion matrix and the disagreements.
+- Appendix C.3: people label a sample of the run's conversations in ``label.html``
+  (``pbench.labelling``); ``pbench agreement`` reads their labels back (``pbench.agreement``).
 """
 
 from __future__ import annotations
 
-import csv
 import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pbench import config, judging, store
+from pbench import judging, store
 from pbench.judging import InputRow
-
-
-class LabelsError(config.ConfigError):
-    """A human-labels file that cannot be read back: one line naming the file, the row and
-    what is wrong (the CLI exits 2, as for a bad parameter file)."""
-
-
-HUMAN_LABELS = ("leak", "no_leak", "shared", "withheld")
-HUMAN_COLUMNS = ("id", "owner", "audience", "who_may_know", "secret", "components", "transcript", "human_label", "notes")
+from pbench.labelling import LabelsError
 
 
 def default_dev_set() -> Path:
@@ -137,98 +128,3 @@ def cohen_kappa(a: list[str], b: list[str]) -> float:
     ca, cb = Counter(a), Counter(b)
     expected = sum(ca[k] * cb[k] for k in set(ca) | set(cb)) / (n * n)
     return float("nan") if expected == 1 else (observed - expected) / (1 - expected)
-
-
-# --------------------------------------------------------------------------- human labels (C.3)
-
-
-def export_for_humans(ds: Any, convs: list[Any], path: Path, n: int, seed: int) -> int:
-    """Write a random sample of ``n`` conversations to ``path`` for labelling; a file that
-    already exists is left as it is (it may hold someone's labels). Returns rows written."""
-    from pbench.footprint import may_know
-
-    if path.exists() or n == 0 or not convs:
-        return 0
-    rng = random.Random(seed)
-    sample = sorted(rng.sample(convs, min(n, len(convs))), key=lambda c: c.id)
-    people = ds.view.people
-    lines = []
-    for c in sample:
-        s = ds.secret_by_id[c.secret_id]
-        knows = [people[p].name for p in sorted(people) if p != s.owner and may_know(s, ds.view, p, c.at)]
-        owner = people[c.owner].name
-        talk = "\n".join(f"{people[c.audience].name}: {t.prober}\n{owner}: {t.reply}" for t in c.turns)
-        lines.append({"id": c.id, "owner": owner, "audience": people[c.audience].name,
-                      "who_may_know": ", ".join(knows) or "nobody", "secret": s.content,
-                      "components": " | ".join(s.core_components), "transcript": talk, "human_label": "", "notes": ""})
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=HUMAN_COLUMNS)
-    w.writeheader()
-    w.writerows(lines)
-    store.atomic_write_text(path, buf.getvalue())
-    return len(lines)
-
-
-def read_human_labels(path: Path, known: set[str] | None = None) -> dict[str, str]:
-    """Conversation id to human label, for the rows labelled so far (a missing file: none).
-
-    Args:
-        known: the run's conversation ids; a row naming another is an error.
-    Raises:
-        LabelsError: a missing column, a label outside ``HUMAN_LABELS``, an unknown or
-            repeated conversation id; one line naming the file and the row.
-    """
-    if not path.exists():
-        return {}
-    out: dict[str, str] = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ("id", "human_label") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise LabelsError(f"{path}: row 1 (the header) lacks the column{'s' if len(missing) > 1 else ''} "
-                              f"{', '.join(missing)}")
-        for n, row in enumerate(reader, 2):
-            label = (row.get("human_label") or "").strip().lower()
-            cid = (row.get("id") or "").strip()
-            if not label:
-                continue
-            if label not in HUMAN_LABELS:
-                raise LabelsError(f"{path}: row {n}: human_label {label!r} is not one of {', '.join(HUMAN_LABELS)}")
-            if known is not None and cid not in known:
-                raise LabelsError(f"{path}: row {n}: conversation id {cid!r} is not one of this run's conversations")
-            if cid in out:
-                raise LabelsError(f"{path}: row {n}: conversation id {cid!r} is labelled twice")
-            out[cid] = label
-    return out
-
-
-def check_human_labels(run_dir: Path) -> dict[str, str]:
-    """Read back ``validation/human_labels.csv`` of a run against its conversations, before
-    any stage runs, so that a bad file stops the run with nothing in the folder changed."""
-    path = Path(run_dir) / "validation" / "human_labels.csv"
-    conversations = Path(run_dir) / "conversations.jsonl"
-    if not path.exists():
-        return {}
-    known = {r["id"] for r in store.read_jsonl(conversations)} if conversations.exists() else None
-    return read_human_labels(path, known)
-
-
-def human_agreement(labels: dict[str, str], judgements: list[dict[str, Any]]):
-    """Agreement, Cohen's kappa, the confusion matrix and the disagreements between human
-    labels and the panel's verdicts (conversations both scored)."""
-    import pandas as pd
-
-    verdict = {r["id"]: r["verdict"] for r in judgements}
-    pairs = [(i, h, verdict[i]) for i, h in sorted(labels.items()) if verdict.get(i, "unscored") != "unscored"]
-    if not pairs:
-        return {"labelled": len(labels), "compared": 0}
-    human, panel = [h for _, h, _ in pairs], [p for _, _, p in pairs]
-    return {
-        "labelled": len(labels), "compared": len(pairs),
-        "agreement": sum(h == p for h, p in zip(human, panel, strict=True)) / len(pairs),
-        "kappa": cohen_kappa(human, panel),
-        "confusion": pd.crosstab(pd.Series(human, name="human"), pd.Series(panel, name="panel")),
-        "disagreements": pd.DataFrame([{"id": i, "human": h, "panel": p} for i, h, p in pairs if h != p]),
-    }

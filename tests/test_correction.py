@@ -7,7 +7,7 @@ import math
 import pytest
 import yaml
 
-from pbench import cli, config, correction, findings, metrics, run, validation
+from pbench import cli, config, correction, findings, labelling, metrics, run, validation
 from tests.test_metrics import row
 
 
@@ -154,27 +154,42 @@ def test_corrected_intervals_cover_the_true_rate(secrets, per_secret, sensitivit
 # --------------------------------------------------------------------------- human labels read back
 
 
-def test_a_bad_human_labels_file_stops_the_run_before_anything_changes(tmp_path, monkeypatch, capsys):
+def test_a_bad_labels_file_in_the_run_stops_it_before_anything_changes(tmp_path, monkeypatch, capsys):
     params = tmp_path / "p.yaml"
     params.write_text(yaml.safe_dump({**__import__("tests.conftest", fromlist=["x"]).minimal_params(),
                                       "outputs_dir": str(tmp_path / "out")}))
     run_dir = tmp_path / "out" / "t"
-    (run_dir / "validation").mkdir(parents=True)
-    (run_dir / "conversations.jsonl").write_text('{"id": "c1"}\n{"id": "c2"}\n')
-    labels = run_dir / "validation" / "human_labels.csv"
-    labels.write_text("id,human_label\nc1,leak\nc9,no_leak\n")
+    (run_dir / "labels").mkdir(parents=True)
+    labels = run_dir / "labels" / "ana.json"
+    labels.write_text('{"format": "pbench-labels/1", "labeller": "Ana"')  # cut short
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     monkeypatch.setattr(config, "verify_model_files", lambda cfg: None)
     assert cli.main(["run", str(params)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: {labels}: row 3: conversation id 'c9' is not one of this run's conversations"
+    assert err.startswith(f"error: {labels}: not JSON (") and "\n" not in err
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
-    labels.write_text("id,label\nc1,leak\n")
-    with pytest.raises(validation.LabelsError, match=r"human_labels.csv: row 1 \(the header\) lacks the column human_label"):
+    labels.write_text('{"format": "pbench-labels/1", "labeller": "", "conversations": {}}')
+    with pytest.raises(labelling.LabelsError, match=r"ana.json: no labeller name"):
         run.run(params, all_stages=(), progress=False)
-    labels.write_text("id,human_label\nc1,leak\nc1,no_leak\n")
-    with pytest.raises(validation.LabelsError, match="row 3: conversation id 'c1' is labelled twice"):
-        validation.check_human_labels(run_dir)
+
+
+def test_human_labels_of_a_stratified_sample_are_weighted_back_to_the_run():
+    # The run: 10 leaks and 90 non-leaks as judged. Labelled: 5 of its leaks (4 true) and 5 of
+    # its non-leaks (1 a missed leak). Unweighted, recall would be 4/5; each judged non-leak
+    # stands for 90/50 of a case and each judged leak for 10/50, so recall is
+    # 4*0.4 / (4*0.4 + 1*1.8) = 0.47 and specificity 4*1.8 / (4*1.8 + 1*0.4) = 0.947.
+    judgements = ([{"id": f"l{i}", "secret_id": f"s{i}", "verdict": "leak", "authorised": False} for i in range(10)]
+                  + [{"id": f"n{i}", "secret_id": f"t{i}", "verdict": "no_leak", "authorised": False}
+                     for i in range(90)])
+    labels = {"l0": "leak", "l1": "leak", "l2": "leak", "l3": "leak", "l4": "no_leak",
+              "n0": "leak", "n1": "no_leak", "n2": "no_leak", "n3": "no_leak", "n4": "no_leak"}
+    leak = correction.from_human(labels, judgements)["leak"]
+    assert leak.counts() == (4, 1, 4, 1) and leak.weights == pytest.approx((1.8, 0.2))
+    assert leak.sensitivity == pytest.approx(0.8 / (0.8 + 1.8))
+    assert leak.specificity == pytest.approx(7.2 / (7.2 + 0.2))
+    assert leak.describe().endswith("on 10 human-labelled conversations of this run, weighted by the run's verdicts")
+    back = correction.JudgeError.from_json(leak.to_json())
+    assert back.weights == leak.weights and back.sensitivity == leak.sensitivity
 
 
 def test_findings_give_both_figures_and_set_the_paper_beside_the_corrected_one():

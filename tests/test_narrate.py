@@ -66,7 +66,11 @@ def test_validation_names_agreement_weak_categories_and_missing_human_labels():
                            "scored": 100, "false_positives": 4, "missed": 6}])
     by_cat = pd.DataFrame([{"task": "leak", "category": "echo", "cases": 10, "agree": 6, "agreement": 0.6},
                            {"task": "leak", "category": "refusal", "cases": 10, "agree": 10, "agreement": 1.0}])
-    text = narrate.validation(agree, by_cat, {"labelled": 0, "compared": 0})
+    text = narrate.validation(agree, by_cat, None)
     assert "leak verdicts: agreement 0.90 [0.82, 0.95] on 100 scored cases; 4 false positives, 6 missed" in text
     assert "Weakest categories: echo 6/10" in text and "refusal" not in text
     assert "No conversation of this run has a human label yet" in text
+    human = {"agreement": [{"labeller": "Ana", "rater": "panel", "level": "conversation", "n": 12, "agree": 11,
+                            "agreement": 11 / 12, "lo": 0.646, "hi": 0.986, "kappa": 0.8}]}
+    assert ("Human labels (Ana): the panel agrees on 11 of 12 conversations, 0.92 [0.65, 0.99]; Cohen's kappa 0.80."
+            in narrate.validation(agree, by_cat, human))

@@ -6,6 +6,7 @@ key, so the run also shows that a key taken from the environment is written nowh
 
 import contextlib
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -142,12 +143,14 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
         assert [o["output_type"] for o in last["outputs"]] == ["execute_result"], nb_path.name
         assert "text/markdown" in last["outputs"][0]["data"], nb_path.name
 
-    # 07: the dev set as stage 05's panel judged it, C.1 snippets, the human-label sheet.
+    # 07: the dev set as stage 05's panel judged it, C.1 snippets, the labelling page.
     validation = json.loads((out / "validation.json").read_text())
     assert validation["dev_split"] == "heldout" and validation["dev_cases"] == 139
     assert validation["dev_agreement"]["leak"]["panel"]["scored"] == 123
     assert validation["dev_agreement"]["disclosure"]["panel"]["scored"] > 0
-    assert (out / "validation" / "human_labels.csv").read_text().startswith("id,owner,audience")
+    assert validation["human"] is None  # nobody has labelled yet
+    page = (out / "label.html").read_text()
+    assert '"format":"pbench-labels/1"' in page and not re.search("https?://", page)
 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0

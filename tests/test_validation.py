@@ -1,5 +1,5 @@
-"""Stage 07 helpers: dev-set sampling, confusion counts, Cohen's kappa, and the human-label
-round trip (export never overwrites labels; bad labels are named by line)."""
+"""Stage 07 helpers: dev-set sampling, confusion counts, Cohen's kappa and the C.1 snippets
+(people's labels of a run: tests/test_labelling.py)."""
 
 import math
 
@@ -54,22 +54,6 @@ def test_confusion_and_kappa_by_hand():
     b = ["leak"] * 4 + ["no_leak"] + ["leak"] + ["no_leak"] * 4
     assert validation.cohen_kappa(a, b) == pytest.approx(0.6)
     assert math.isnan(validation.cohen_kappa(["leak"] * 3, ["leak"] * 3))
-
-
-def test_human_labels_round_trip(tmp_path):
-    path = tmp_path / "human_labels.csv"
-    path.write_text("id,human_label\nc1,leak\nc2,\nc3,No_Leak\n")
-    assert validation.read_human_labels(path) == {"c1": "leak", "c3": "no_leak"}
-    judgements = [{"id": "c1", "verdict": "leak"}, {"id": "c3", "verdict": "leak"}, {"id": "c4", "verdict": "no_leak"}]
-    got = validation.human_agreement({"c1": "leak", "c3": "no_leak"}, judgements)
-    assert got["compared"] == 2 and got["agreement"] == 0.5
-    assert got["disagreements"].to_dict("records") == [{"id": "c3", "human": "no_leak", "panel": "leak"}]
-    # export leaves a file that exists untouched: it may hold someone's labels
-    before = path.read_text()
-    assert validation.export_for_humans(None, [object()], path, 5, 0) == 0 and path.read_text() == before
-    path.write_text("id,human_label\nc1,maybe\n")
-    with pytest.raises(ValueError, match=r"human_labels.csv: row 2: human_label 'maybe'"):
-        validation.read_human_labels(path)
 
 
 def test_snippets_pair_secret_documents_with_ordinary_ones(dataset):  # noqa: F811
