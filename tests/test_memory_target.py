@@ -142,6 +142,12 @@ def test_a_rerun_from_the_cache_makes_no_call_and_writes_the_same_files(dataset,
         assert reproduce.normalised(runs[0] / f, runs[0]) == reproduce.normalised(runs[1] / f, runs[1]), f
     convs = probing.load_conversations(runs[0])
     assert {c.target for c in convs} == {"memory"} and any(t.retrieved for c in convs for t in c.turns)
+    # What each recorded turn retrieved, recomputed from the cache: the sources it recorded.
+    again = prepared(rag.Index(runs[1], embed=bow_embed), dataset, chat(cache=cache, backend=NoCalls()),
+                     owners=sorted({c.owner for c in convs}))
+    for c in convs:
+        got = memory.recalled(again, c, top_k=3)
+        assert [list(dict.fromkeys(r.id for r in turn)) for turn in got] == [t.retrieved for t in c.turns]
 
 
 LOCAL = ("127.0.0.1", "::1", "localhost")
