@@ -68,6 +68,8 @@ def describe(doc: dict[str, Any], view: CommunityView) -> dict[str, Any]:
     if doc["kind"] == "group_chat" and doc.get("group") in view.groups:
         what += f" in {view.groups[doc['group']].name}"
     people = [view.name(p) for p in dict.fromkeys([doc["owner"], *doc["participants"]]) if p in view.people]
+    if doc["kind"] == "ai_chat":  # the other side is the assistant, whose advice is no memory of the owner's
+        people.append("an AI assistant")
     return {"what": what, "date": doc["timestamp"].date().isoformat(), "people": people, "text": doc["text"],
             "most": MOST}
 
