@@ -65,7 +65,8 @@ STAGES: tuple[Stage, ...] = (
           outputs=("index.json", "index"), reports=("index.json",)),
     Stage("04_probing", reads=("seed", "probing", "models.prober", "models.assistant", "targets", "models.judge",
                                "judging"),
-          outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"), partial=("conversations.jsonl",),
+          outputs=("probe_plan.csv", "conversations.jsonl", "probing.json"),
+          partial=("conversations.jsonl", "memories.jsonl"),  # memories.jsonl: a memory target's (pbench.memory)
           reports=("probing.json",)),
     Stage("05_scoring", reads=("seed", "models.judge", "judging", "validation.dev_set", "validation.dev_split",
                                "validation.dev_cases"),

@@ -14,6 +14,10 @@ Built-in kinds:
   in the order a reader meets them. Its leakage rate is what retrieval alone exposes; the
   RAG target's, lower, is what its generator let through: LR(extractive) - LR(rag) is what
   the generator caught.
+- ``memory``: a memory-layer assistant (``pbench.memory``): its model extracts short facts
+  from each document of the owner's footprint before probing (``Maker.prepare``); a turn
+  retrieves facts, not documents, under the same defences (on each fact's source document),
+  and answers as the RAG assistant does.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from pbench import matching, rag, remote
+from pbench import matching, memory, rag, remote
 from pbench.config import PlannedTarget, RunConfig, import_entry
 from pbench.schema import DEPLOYED_FIELDS, Turn, deployed  # noqa: F401  (the interface's names)
 from pbench.social_graph import CommunityView
@@ -191,10 +195,11 @@ def for_run(cfg: RunConfig, index: rag.Index, assistants: Mapping[str, Any], vie
     Args:
         cfg: the run's parameters.
         index: the run's index (stage 03).
-        assistants: assistant model label to its ``assistant`` ChatModel (the rag targets').
+        assistants: assistant model label to its ``assistant`` ChatModel (the rag and memory
+            targets').
         view: the community (the RAG assistant's persona and relations).
     Raises:
-        KeyError: a rag target whose model is not among ``assistants``.
+        KeyError: a rag or memory target whose model is not among ``assistants``.
     """
     k = cfg.probing.top_k
     out: dict[str, Maker] = {}
@@ -213,6 +218,8 @@ def for_run(cfg: RunConfig, index: rag.Index, assistants: Mapping[str, Any], vie
             out[t.label] = Maker(t.label, t.kind, make)
         elif t.kind in ("http", "python"):
             out[t.label] = _outside(t)
+        elif t.kind == "memory":
+            out[t.label] = _memory(t, index, assistants[t.model.label], view, t.spec.top_k or k)
         else:
             raise ValueError(f"target {t.label}: no maker for kind {t.kind!r}")
     return out
@@ -226,3 +233,13 @@ def _outside(t: PlannedTarget) -> Maker:
                      prepare=service.prepare)
     made = remote.PythonTargets(t.label, import_entry(t.spec.entry), t.spec.retries)
     return Maker(t.label, t.kind, lambda owner, prompt, defence: made.target(owner), prepare=made.prepare)
+
+
+def _memory(t: PlannedTarget, index: rag.Index, model: Any, view: CommunityView, k: int) -> Maker:
+    """A memory target's maker: one ``memory.Memories`` for the run, filled by ``prepare``."""
+    memories = memory.Memories(index, model, view)
+
+    def make(owner: str, prompt: str, defence: str) -> Target:
+        return memory.MemoryTarget(memories, rag.Assistant(view, index, model, owner, prompt, defence, k), t.label)
+
+    return Maker(t.label, t.kind, make, (model,), memories.prepare)
