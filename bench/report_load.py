@@ -212,7 +212,9 @@ def scale(base: Path, out: Path, conversations: int, rounds: int, seed: int = 0)
     rows = {r["id"]: r for r in store.read_jsonl(base / "judgements.jsonl")}
     convs = [c for c in store.read_jsonl(base / "conversations.jsonl") if c["id"] in rows]
     fields = Conversation.model_fields
-    combos = list(itertools.product(*(typing.get_args(fields[f].annotation)
+    # The system prompts a rag target runs under ("none" and "own" belong to other target kinds).
+    combos = list(itertools.product(*(tuple(v for v in typing.get_args(fields[f].annotation) if v not in ("none", "own"))
+                                      if f == "prompt" else typing.get_args(fields[f].annotation)
                                       for f in ("defence", "prompt", "strategy"))))
     rng = random.Random(seed)
     new_convs, new_rows = [], []
