@@ -106,6 +106,7 @@ def sentences(text: str) -> list[str]:
 
 _CLAUSE = re.compile(r"\s*(?:;|:|\s[-–—]\s|,\s*(?:and|but|so|because|though|although)\s|\s(?:but|and so|so)\s"
                      r"|,\s(?=(?:(?:so|and|but|just)\s)?(?:please\s)?(?:don't|dont|do not|never)\s(?:tell|say|mention|share|let)\b)"
+                     r"|\sand\s(?=(?:(?:did|does|do|has|have|had|was|were|is|are|will|would|could|can)(?:n't|\s+not)|never)\s)"
                      r"|,\s(?=(?:and\s)?(?:I|i|we|he|she|they|it|my|his|her|our|their)\b)"
                      r"|\s(?:that\s)?(?=(?:you're|you are|you've|you have|you were|you'll|you will)\b))\s*",
                      re.IGNORECASE)

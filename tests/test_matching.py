@@ -121,3 +121,14 @@ def test_a_quoted_chat_line_speaks_for_its_speaker_and_keeps_a_request_for_silen
     assert M.speaker("Sure: I can help") == (None, "Sure: I can help")
     assert M.quoted_sentences("Ben: Wow. I will miss you.") == [("Ben", "Wow."), ("Ben", "I will miss you.")]
     assert M.clauses("I'm pregnant, don't tell mom yet") == ["I'm pregnant", "don't tell mom yet"]
+
+
+def test_a_negated_clause_after_and_keeps_its_own_polarity():
+    # "earned ... and did not declare it": the first fact is stated, the second denied; one
+    # unit for both would read the earning as negated and never match it.
+    got = M.units("I earned $19,000 from renting out a spare room in 2023 and did not declare it to the tax office.",
+                  "any news?", "Jamie Curtis", "Danielle Brooks")
+    earned = [u for u in got if u.text == "Jamie Curtis earned $19,000 from renting out a spare room in 2023"]
+    assert earned and not earned[0].negated
+    assert M.clauses("She quit and didn't tell anyone") == ["She quit", "didn't tell anyone"]
+    assert M.clauses("He came and went") == ["He came and went"]
