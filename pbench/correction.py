@@ -290,7 +290,7 @@ def corrected(metric: str, rows: list[dict[str, Any]], errors: dict[str, JudgeEr
     if problem := error.problem():
         out["correction"] = problem
         return out
-    num, den, kept, _ = metrics._units(metric, rows)
+    num, den, kept, _ = metrics.units(metric, rows)
     out["correction"] = f"corrected for the judge ({error.describe()})"
     if not kept:
         return out

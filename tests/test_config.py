@@ -168,7 +168,7 @@ def test_input_files_are_relative_to_the_parameter_file(tmp_path):
 
 
 def test_an_old_embedded_model_name_still_works_with_one_deprecation_line(capsys, monkeypatch):
-    monkeypatch.setattr(config, "_warned", set())
+    monkeypatch.setattr("pbench.config.models._warned", set())
     old = {"provider": "local", "model": "qwen2.5-1.5b"}
     cfg = config.parse(minimal_params(**{"models.generator": old, "models.prober": old}))
     assert cfg.models.generator.model == cfg.models.prober.model == "qwen2.5-coder-1.5b"

@@ -89,7 +89,7 @@ def test_the_combined_panel_weighs_the_model_and_the_code(tmp_path):
 
 
 def test_combined_without_a_fit_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(judging, "load_fit", lambda path=None: None)
+    monkeypatch.setattr("pbench.judging.panel.load_fit", lambda path=None: None)
     with pytest.raises(ValueError, match="no fitted weights: run pbench judge --fit"):
         judging.Panel([], "combined")
 

@@ -1,0 +1,66 @@
+"""Typed run parameters: one pydantic model of a run, validated before anything runs.
+
+Reads a YAML file (``params/*.yaml``); writes nothing. Every model forbids unknown
+keys, so a typo stops the run with the field's full path (``footprint.noise_ratoi:
+unknown field``) before any model is loaded. Defaults follow the paper's Appendix A.
+
+The rooms, each importing only those above it in this list:
+
+- ``base``: ``ConfigError``, the strict base model, ranges and fractions;
+- ``models``: the ``models`` section, a model bound to each role (``ModelSpec``, ``Models``);
+- ``sections``: period, community, footprint, probing, judging, validation, llm;
+- ``targets``: the ``targets`` section, and the targets the plan crosses (``PlannedTarget``);
+- ``runconfig``: the whole run (``RunConfig``);
+- ``loading``: a YAML file read and validated (``load``, ``parse``, ``verify_model_files``).
+
+Callers import from ``pbench.config``; modules of this package import each other directly,
+never this file.
+"""
+
+from pbench.config.base import ConfigError, Fraction, IntRange, Strict
+from pbench.config.loading import FILE_FIELDS, load, parse, verify_model_files
+from pbench.config.models import CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelList, Models, ModelSpec, Price
+from pbench.config.runconfig import RunConfig
+from pbench.config.sections import (
+    Community,
+    Defence,
+    FaultKind,
+    Faults,
+    Footprint,
+    Judging,
+    LLMSettings,
+    Period,
+    Probing,
+    PromptVariant,
+    Strategy,
+    Validation,
+)
+from pbench.config.targets import (
+    NO_PROMPT,
+    OWN_PROMPT,
+    START_DIR,
+    TARGET_KINDS,
+    ExtractiveTargetSpec,
+    HttpTargetSpec,
+    MemoryTargetSpec,
+    PlannedTarget,
+    PythonTargetSpec,
+    RagTargetSpec,
+    TargetSpec,
+    check_targets,
+    import_entry,
+    label_of,
+    plan_targets,
+)
+
+__all__ = [
+    "ConfigError", "Fraction", "IntRange", "Strict",
+    "FILE_FIELDS", "load", "parse", "verify_model_files",
+    "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
+    "RunConfig",
+    "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
+    "PromptVariant", "Strategy", "Validation",
+    "NO_PROMPT", "OWN_PROMPT", "START_DIR", "TARGET_KINDS", "ExtractiveTargetSpec", "HttpTargetSpec",
+    "MemoryTargetSpec", "PlannedTarget", "PythonTargetSpec", "RagTargetSpec", "TargetSpec", "check_targets",
+    "import_entry", "label_of", "plan_targets",
+]

@@ -1,0 +1,123 @@
+"""A parameter file read and validated: YAML in, a ``RunConfig`` out or a ``ConfigError``
+with one line per problem naming the field's full path; input files named in the file are
+read relative to it; local model files checked against their sha256."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from pbench.config.base import ConfigError
+from pbench.config.runconfig import RunConfig
+from pbench.config.targets import TARGET_KINDS
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = err["loc"]
+    if loc[:1] == ("targets",) and len(loc) > 2 and loc[2] in TARGET_KINDS:
+        loc = loc[:2] + loc[3:]  # pydantic names the kind it tried; the file does not
+    path = ".".join(str(p) for p in loc) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown field"
+    if kind == "missing":
+        return f"{path}: required field is missing"
+    if kind == "union_tag_invalid":
+        return f"{path}.kind: unknown kind {err['ctx']['tag']!r}; known: {err['ctx']['expected_tags']}"
+    msg = err["msg"].removeprefix("Value error, ")
+    if "input" in err and kind not in ("model_type", "dict_type"):
+        shown = repr(err["input"])
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        return f"{path}: {msg} (got {shown})"
+    return f"{path}: {msg}"
+
+
+def parse(data: Any, source: str = "<params>") -> RunConfig:
+    """Validate a mapping into a RunConfig.
+
+    Raises:
+        ConfigError: one line per problem, each naming the field's full path.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of parameters at the top level")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: {_describe(e)}" for e in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+FILE_FIELDS = (("community", "personas_path"), ("validation", "dev_set"))
+
+
+def load(path: str | Path) -> RunConfig:
+    """Read and validate a YAML parameter file.
+
+    Args:
+        path: the YAML file.
+    Returns:
+        The validated RunConfig.
+    Raises:
+        ConfigError: missing file, YAML syntax error or invalid field.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such parameter file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: {where}invalid YAML ({problem})") from None
+    # Input files named in a parameter file are relative to that file (notebooks run from
+    # notebooks/, so the working directory would mislead).
+    for section, key in FILE_FIELDS:
+        node = data.get(section) if isinstance(data, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
+            node[key] = str((path.parent / node[key]).resolve())
+    models = data.get("models") if isinstance(data, dict) else None
+    for spec in _model_dicts(models):
+        local_file = spec.get("provider") == "local" and str(spec.get("model", "")).endswith(".gguf")
+        if local_file and not Path(spec["model"]).is_absolute():
+            spec["model"] = str((path.parent / spec["model"]).resolve())
+    return parse(data, source=str(path))
+
+
+def _model_dicts(models: Any) -> list[dict[str, Any]]:
+    if not isinstance(models, dict):
+        return []
+    specs = [v for value in models.values() for v in (value if isinstance(value, list) else [value])]
+    return [s for s in specs if isinstance(s, dict)]
+
+
+def verify_model_files(cfg: RunConfig) -> None:
+    """Check the sha256 of every local .gguf file that gives one (embedded models are checked
+    when assembled).
+
+    Raises:
+        ConfigError: a file whose bytes do not match, naming the role and the file.
+    """
+    import hashlib
+
+    checked: dict[str, str] = {}
+    for role in ("generator", "assistant", "prober", "judge", "tagger"):
+        value = getattr(cfg.models, role)
+        specs = value if isinstance(value, list) else [value] if value is not None else []
+        for i, spec in enumerate(specs):
+            if spec.provider != "local" or spec.sha256 is None:
+                continue
+            if spec.model not in checked:
+                digest = hashlib.sha256()
+                with open(spec.model, "rb") as fh:
+                    while chunk := fh.read(1 << 22):
+                        digest.update(chunk)
+                checked[spec.model] = digest.hexdigest()
+            if checked[spec.model] != spec.sha256:
+                where = f"models.{role}[{i}]" if isinstance(value, list) else f"models.{role}"
+                raise ConfigError(f"{where}: {spec.model} fails its checksum (sha256 {checked[spec.model][:12]}..., "
+                                  f"expected {spec.sha256[:12]}...); the file is damaged or not the one named")
