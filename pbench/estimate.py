@@ -9,7 +9,8 @@ Counts come from the parameters, by the plan's own arithmetic:
 - model calls per stage and role from what each stage asks per unit of work (stage 01: one
   request per person and two for the community; stage 02: a request per ``docs_per_call``
   mundane documents and one per telling of a secret; stage 04: the prober once per turn, the
-  assistant once per turn of a rag or memory target (the extractive target calls no model;
+  assistant once per turn of a rag or memory target and, for a memory target, once per
+  document of each probed owner's footprint before probing (the extractive target calls no model;
   an http or python target's own time is named, not estimated), with ``judging.method: verdict`` or ``combined`` each judge once per component
   per turn (``combined`` with ``judging.samples``: 1 + samples times);
   stage 05: each judge once per conversation, twice with a confidant, and the dev set's rows as
@@ -188,6 +189,10 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
             "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds,
             "outside_turns": per_cell * outside * p.max_rounds,
+            # A memory target's model reads each document of the probed owners' footprints once
+            # before probing (pbench.memory); a footprint holds about documents / users of them.
+            "memory_extractions": sum(t.kind == "memory" for t in planned) * min(probed, users)
+            * (users * mundane + secrets * TELLINGS_PER_SECRET) / max(users, 1),
             "labelling_conversations": labelled, "labelling_seconds": labelled * SECONDS_PER_CONVERSATION}
 
 
@@ -212,7 +217,8 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
            ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
     tagging = v["documents"] / TAG_BATCH if cfg.tags_wanted else 0.0
     out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
-    out += [("04_probing", "prober", v["turns"]), ("04_probing", "assistant", v["assistant_turns"])]
+    out += [("04_probing", "prober", v["turns"]),
+            ("04_probing", "assistant", v["assistant_turns"] + v.get("memory_extractions", 0))]
     if per_component:
         out.append(("04_probing", "judge", v["turns"] * components * judges * per_component))
     # Stage 05 also measures the panel on the dev set, to correct its rates for the judge's error.
