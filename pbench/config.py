@@ -8,6 +8,7 @@ unknown field``) before any model is loaded. Defaults follow the paper's Appendi
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -423,7 +424,8 @@ class Faults(Strict):
 
 class LLMSettings(Strict):
     cache: bool = Field(True, description="persistent response cache: rerunning the same work makes no model calls")
-    cache_path: Path | None = Field(None, description="SQLite file; default: <run folder>/llm_cache.sqlite")
+    cache_path: Path | None = Field(None, description="SQLite file, relative to the folder pbench run starts in (as "
+                                    "outputs_dir is); default: <run folder>/llm_cache.sqlite")
     backoff_s: Annotated[float, Field(ge=0.0, le=60.0)] = Field(
         1.0, description="first wait before retrying a transient error (doubles each retry, capped at 30 s)")
     faults: Faults = Faults()
@@ -580,6 +582,11 @@ def load(path: str | Path) -> RunConfig:
         node = data.get(section) if isinstance(data, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
             node[key] = str((path.parent / node[key]).resolve())
+    # A shared cache is named as outputs_dir is, from the folder the run starts in: a notebook
+    # (working directory notebooks/) would otherwise open a new, empty cache of that name.
+    llm = data.get("llm") if isinstance(data, dict) else None
+    if isinstance(llm, dict) and isinstance(llm.get("cache_path"), str) and not Path(llm["cache_path"]).is_absolute():
+        llm["cache_path"] = str(Path(os.environ.get(START_DIR) or os.getcwd()).resolve() / llm["cache_path"])
     models = data.get("models") if isinstance(data, dict) else None
     for spec in _model_dicts(models):
         local_file = spec.get("provider") == "local" and str(spec.get("model", "")).endswith(".gguf")
