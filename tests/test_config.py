@@ -167,6 +167,18 @@ def test_input_files_are_relative_to_the_parameter_file(tmp_path):
     assert config.load(path).validation.dev_set == (tmp_path / "data" / "dev.jsonl").resolve()
 
 
+def test_a_shared_cache_is_named_from_where_the_run_starts_as_outputs_dir_is(tmp_path, monkeypatch):
+    """A notebook loads the parameters from notebooks/: a relative cache_path read from there
+    would open a new, empty cache (params/http_example.yaml and memory.yaml share tiny's)."""
+    path = _write(tmp_path, minimal_params(**{"llm.cache_path": "outputs/tiny/llm_cache.sqlite"}))
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    monkeypatch.setenv(config.START_DIR, str(tmp_path))  # what pbench run sets for its notebooks
+    assert config.load(path).llm.cache_path == tmp_path.resolve() / "outputs" / "tiny" / "llm_cache.sqlite"
+    monkeypatch.delenv(config.START_DIR)  # no run: from the working directory, as outputs_dir
+    assert config.load(path).llm.cache_path == (tmp_path / "notebooks").resolve() / "outputs/tiny/llm_cache.sqlite"
+
+
 def test_an_old_embedded_model_name_still_works_with_one_deprecation_line(capsys, monkeypatch):
     monkeypatch.setattr("pbench.config.models._warned", set())
     old = {"provider": "local", "model": "qwen2.5-1.5b"}

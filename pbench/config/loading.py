@@ -4,6 +4,7 @@ read relative to it; local model files checked against their sha256."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from pbench.config.base import ConfigError
 from pbench.config.runconfig import RunConfig
-from pbench.config.targets import TARGET_KINDS
+from pbench.config.targets import START_DIR, TARGET_KINDS
 
 
 def _describe(err: dict[str, Any]) -> str:
@@ -80,6 +81,11 @@ def load(path: str | Path) -> RunConfig:
         node = data.get(section) if isinstance(data, dict) else None
         if isinstance(node, dict) and isinstance(node.get(key), str) and not Path(node[key]).is_absolute():
             node[key] = str((path.parent / node[key]).resolve())
+    # A shared cache is named as outputs_dir is, from the folder the run starts in: a notebook
+    # (working directory notebooks/) would otherwise open a new, empty cache of that name.
+    llm = data.get("llm") if isinstance(data, dict) else None
+    if isinstance(llm, dict) and isinstance(llm.get("cache_path"), str) and not Path(llm["cache_path"]).is_absolute():
+        llm["cache_path"] = str(Path(os.environ.get(START_DIR) or os.getcwd()).resolve() / llm["cache_path"])
     models = data.get("models") if isinstance(data, dict) else None
     for spec in _model_dicts(models):
         local_file = spec.get("provider") == "local" and str(spec.get("model", "")).endswith(".gguf")

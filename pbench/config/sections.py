@@ -138,7 +138,8 @@ class Faults(Strict):
 
 class LLMSettings(Strict):
     cache: bool = Field(True, description="persistent response cache: rerunning the same work makes no model calls")
-    cache_path: Path | None = Field(None, description="SQLite file; default: <run folder>/llm_cache.sqlite")
+    cache_path: Path | None = Field(None, description="SQLite file, relative to the folder pbench run starts in (as "
+                                    "outputs_dir is); default: <run folder>/llm_cache.sqlite")
     backoff_s: Annotated[float, Field(ge=0.0, le=60.0)] = Field(
         1.0, description="first wait before retrying a transient error (doubles each retry, capped at 30 s)")
     faults: Faults = Faults()
