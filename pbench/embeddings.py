@@ -88,18 +88,18 @@ def embed_alone(texts: Sequence[str]) -> np.ndarray:
     depend only on its own input: not on the other rows, their number, or torch's thread count
     (``tests/test_embeddings.py`` holds this). Safe to call from several threads at once.
 
-    A few texts (at most 4) are encoded on one torch thread, as in ``embed``; a batch of the
-    conversations in flight keeps torch's threads: at C = 32 (``bench/concurrency.py``, 0.5 s
-    per call) probing took 5.7-6.2 s with them against 6.9-7.0 s on one thread, MiniLM then
-    encoding for 2.5 s against 4.3-4.6 s. The vectors are the same either way (the test
-    encodes on one thread and on two).
+    Every batch is encoded on one torch thread. On this project's CI machine (2026-12-05, an
+    AVX-512 Xeon) a batch on two threads gave vectors about 1e-7 away from the same texts on
+    one, which broke the guarantee; before that, batches of more than 4 texts kept torch's
+    threads (at C = 32, ``bench/concurrency.py``: probing 5.7-6.2 s against 6.9-7.0 s on one
+    thread). Same results on every machine are worth the second.
     """
     out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
     if not texts:
         return out
     m = model()
     limit = m.max_seq_length
-    with _encode_lock, _one_thread(len(texts) <= 4):
+    with _encode_lock, _one_thread():  # torch's thread count moves the last bits on some CPUs
         tokens = m.preprocess(list(texts))["attention_mask"].sum(dim=1).tolist()  # truncated at ``limit``
         by_length: dict[int, list[int]] = {}
         for i, n in enumerate(tokens):
