@@ -184,7 +184,8 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     confidants = probed * p.authorised_per_secret * cells
     conversations = per_cell * cells
     labelled = min(cfg.validation.human_sample, conversations)
-    return {"users": users, "mundane_per_user": mundane, "documents": users * mundane + secrets * TELLINGS_PER_SECRET,
+    documents = users * mundane + secrets * TELLINGS_PER_SECRET
+    return {"users": users, "mundane_per_user": mundane, "documents": documents,
             "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
             "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds,
@@ -192,7 +193,7 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             # A memory target's model reads each document of the probed owners' footprints once
             # before probing (pbench.memory); a footprint holds about documents / users of them.
             "memory_extractions": sum(t.kind == "memory" for t in planned) * min(probed, users)
-            * (users * mundane + secrets * TELLINGS_PER_SECRET) / max(users, 1),
+            * documents / max(users, 1),
             "labelling_conversations": labelled, "labelling_seconds": labelled * SECONDS_PER_CONVERSATION}
 
 

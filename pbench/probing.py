@@ -351,12 +351,13 @@ async def _prepare(targets: Mapping[str, Factory], owners: set[str], ds: Dataset
     """Await each target's ``prepare`` (``targets.Maker``) with the footprints of ``owners``;
     the labels of the targets ready to probe. One that fails is named in ``errors``, and its
     conversations wait for a rerun."""
-    ready = set()
+    ready, footprints = set(), None
     for label, make in targets.items():
         prepare = getattr(make, "prepare", None)
         if prepare is not None and owners:
+            footprints = footprints or {o: deployed(ds.corpus(o)) for o in sorted(owners)}  # once for every target
             try:
-                await prepare({o: deployed(ds.corpus(o)) for o in sorted(owners)})
+                await prepare(footprints)
             except (TargetError, LLMError) as exc:
                 errors.append(f"target {label}: could not ingest the footprints ({exc})")
                 continue

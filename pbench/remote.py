@@ -1,9 +1,9 @@
 """Systems under test that live outside pbench: a service over HTTP, or a Python class.
 
 Reads the run's ``targets`` entries of kind ``http`` and ``python``; writes nothing. Both
-take the owner's footprint as a deployed assistant would have it (``targets.deployed``: text
+take the owner's footprint as a deployed assistant would have it (``schema.deployed``: text
 and social metadata, never ground truth) and reply to one asker at a time. A failure is
-retried within bounds (``retries``), then raised as ``targets.TargetError``: stage 04
+retried within bounds (``retries``), then raised as ``TargetError``: stage 04
 records the conversation as unscored (``target_failed``) and a rerun tries it again.
 
 The HTTP contract (version 1; JSON in and out, UTF-8):
@@ -34,7 +34,6 @@ from typing import Any
 
 from pbench.schema import Turn
 
-CONTRACT_VERSION = 1
 BACKOFF_S = 0.5
 
 
