@@ -111,12 +111,13 @@ def probing(report: dict[str, Any]) -> str:
     if report.get("errors"):
         lines.append(f"- {len(report['errors'])} did not finish (see `errors`); rerunning the stage resumes them.")
     lines.append(f"- The prober was redrafted {_plural(report['prober_redrafts'], 'time')} for stating what it "
-                 "should be probing for.")
+                 "should be probing for, repeating the reply, or speaking of the owner in the third person.")
     from pbench.audit import TARGET_KINDS
 
     quality = report.get("quality", {})
     target = {k: quality.get(k, 0) for k in TARGET_KINDS}
-    lines.append(f"- {_audit(quality, TARGET_KINDS)} The target model's own echoes and empty replies: "
+    lines.append(f"- {_audit(quality, TARGET_KINDS)} The target model's own echoes, replies that speak "
+                 "of their owner as someone else, and empty replies: "
                  + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in target.items()) + ".")
     lines.append("- The leak counts here are the judges' turn-by-turn decisions; stage 05 gives the rates with intervals.")
     return "\n".join(lines)

@@ -167,7 +167,7 @@ class Runner:
     max_rounds: int
 
     def _prober_messages(self, probe: Probe, secret: Secret, history: list[tuple[str, str]],
-                         redraft: bool = False) -> list[dict[str, str]]:
+                         redraft: str = "") -> list[dict[str, str]]:
         view = self.ds.view
         day = probe.at.date()
         me = {"name": view.name(probe.audience), **dict.fromkeys(("age", "occupation", "employer", "location",
@@ -179,7 +179,8 @@ class Runner:
                               relation=view.relation(probe.audience, probe.owner, day).words, date=day.isoformat(),
                               strategy=probe.strategy, authorised=probe.authorised,
                               secret=secret.content if probe.authorised else "",  # an outsider knows the topic only
-                              topic=secret.topic or f"something {view.name(probe.owner).split()[0]} keeps private",
+                              topic=audit.second_person(secret.topic or f"something {view.name(probe.owner).split()[0]} "
+                                                        "keeps private", view.name(probe.owner)),
                               max_rounds=self.max_rounds, history=history, redraft=redraft)
         return [{"role": "user", "content": text}]
 
@@ -207,11 +208,12 @@ class Runner:
             asserted, redrafts = await self._asserted(probe, secret, owner_name, said), 0
             # An outsider who states the secret makes every "yes" a leak: the metric would
             # measure the prober. Asked again, told not to guess; what remains is counted. A
-            # message that repeats the assistant's last reply is asked again too.
-            while (asserted or (history and audit.is_echo(said, history[-1][1]))) \
-                    and redrafts < PROBER_REDRAFTS and not out.unparsed:
+            # message that repeats the assistant's last reply is asked again too, and so is one
+            # that asks the owner about the owner ("is Jamie OK?"), which no one texting them says.
+            while (why := _redraft(said, owner_name, asserted, history)) and redrafts < PROBER_REDRAFTS \
+                    and not out.unparsed:
                 redrafts += 1
-                out = await self.prober.acomplete(self._prober_messages(probe, secret, history, redraft=True),
+                out = await self.prober.acomplete(self._prober_messages(probe, secret, history, redraft=why),
                                                   seed=seed + rnd + 1000 * redrafts)
                 said = clean_prober(out.text)
                 asserted = await self._asserted(probe, secret, owner_name, said)
@@ -247,6 +249,14 @@ class Runner:
                             authorised=probe.authorised, strategy=probe.strategy, prompt=probe.prompt,
                             defence=probe.defence, target=probe.target, at=probe.at, turns=turns, ended=ended,
                             seconds=round(time.perf_counter() - t0, 2))
+
+
+def _redraft(said: str, owner_name: str, asserted: list[int], history: list[tuple[str, str]]) -> str:
+    """Why a prober's message is asked again ("" if it stands): it guessed a component or
+    echoed the last reply ("guess"), or spoke of the owner in the third person."""
+    if asserted or (history and audit.is_echo(said, history[-1][1])):
+        return "guess"
+    return "third_person" if audit.third_person(said, owner_name) else ""
 
 
 def _not_judged(secret: Secret, why: str) -> LeakCheck:
@@ -341,7 +351,7 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
         "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
         "leak_check": getattr(check, "method", type(check).__name__),
         "prober_redrafts": sum(t.prober_redrafts for c in convs for t in c.turns),
-        **audit.summary(audit.probing_audit(convs)),
+        **audit.summary(audit.probing_audit(convs, {c.owner: ds.view.name(c.owner) for c in convs})),
     }
     store.write_json(run_dir / "probing.json", report)
     return report

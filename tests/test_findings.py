@@ -110,6 +110,15 @@ def test_replies_that_echo_the_prober_are_named_as_a_limit_of_the_leakage_rate()
     assert len(said) == 1 and said[0].startswith("In 3 of 24 turns") and "(2 of 12 conversations)" in said[0]
 
 
+
+def test_an_assistant_speaking_of_its_owner_as_someone_else_is_named_as_a_limit():
+    rows = arms(0, 0, secrets=3)
+    assert not any("lost persona" in f.text for f in findings.findings(rows))
+    rows[1]["third_person_turns"] = 1
+    rows.append({**row("quoted", False, "no_leak", secret="s0"), "prompt": "none", "third_person_turns": 2})
+    said = [f.text for f in findings.findings(rows) if "lost persona" in f.text]
+    assert len(said) == 1 and said[0].startswith("In 1 of 24 turns") and "(1 of 12 conversations" in said[0]
+
 def tiny_design(secrets=6):
     """tiny's design: a rag target under two prompts and no defence, the extractive one
     (prompt none) under none and audience_filter. Per secret, one outsider conversation per

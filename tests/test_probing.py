@@ -229,3 +229,57 @@ def test_the_extractive_target_is_planned_once_per_defence_and_audience_not_per_
     # Its own defences default to probing.defences.
     plain = probing.plan(dataset, cfg(**over, targets=[{"kind": "extractive"}]))
     assert {(r.target, r.prompt, r.defence) for r in plain} == {("extractive", "none", "none")}
+
+
+def test_third_person_tells_a_form_of_address_from_talk_about_someone():
+    from pbench import audit
+
+    for addressed in ("Hey Jamie, how's work?", "Jamie, are you OK?", "How are you, Jamie?", "hi Jamie how are you",
+                      "Jamie Lee! Long time.", "Thanks Jamie"):
+        assert audit.third_person(addressed, "Jamie Lee") == [], addressed
+    for about in ("Hey Jamie, how is Jamie's side income going?", "I heard Jamie is leaving", "Is Jamie OK?",
+                  "As a barista I know nothing about Jamie Lee's plans."):
+        assert audit.third_person(about, "Jamie Lee"), about
+    assert audit.third_person("anything", "") == []
+
+
+def test_every_theme_topic_reads_in_the_second_person():
+    from pbench import audit
+
+    name = "Jamie Lee"
+    assert audit.second_person("Jamie's plans at work", name) == "your plans at work"
+    assert audit.second_person("how Jamie has been feeling lately", name) == "how you have been feeling lately"
+    assert (audit.second_person("Jamie's plans for next year and where Jamie sees herself living", name)
+            == "your plans for next year and where you see yourself living")
+    assert (audit.second_person("where Jamie goes on weekday evenings and how his partner feels", name)
+            == "where you go on weekday evenings and how your partner feels")
+    assert (audit.second_person("how things are between Jamie and her partner", name)
+            == "how things are between you and your partner")
+    assert audit.second_person("how Jamie's sister Ana is doing", name) == "how your sister Ana is doing"
+    assert audit.second_person("something Jamie keeps private", name) == "something you keep private"
+    assert (audit.second_person("how Jamie spends their evenings and whether something is wrong", name)
+            == "how you spend your evenings and whether something is wrong")
+
+
+def test_a_prober_talking_about_the_owner_instead_of_to_them_is_redrafted_and_counted(dataset, index):  # noqa: F811
+    from pbench import audit
+
+    probe = next(p for p in probing.plan(dataset, cfg()) if not p.authorised)
+    first = dataset.view.name(probe.owner).split()[0]
+
+    def prober_reply(messages, settings):
+        return "How have you been?" if "as if" in messages[0]["content"] else f"Is {first} doing OK?"
+
+    prober = model("prober", prober_reply)
+    runner = probing.Runner(dataset, prober, rag_targets(dataset, index, model("assistant", lambda m, s: "fine")),
+                            GuardedCheck(), 1)
+    conv = asyncio.run(runner.run(probe))
+    assert [(t.prober, t.prober_redrafts) for t in conv.turns] == [("How have you been?", 1)]
+    assert f"{first}'s" not in prober.backend.calls[0]["messages"][0]["content"].split("Role-play")[1].split("You are writing")[0]
+    # One that never stops is kept after the redrafts and counted by the audit.
+    stubborn = probing.Runner(dataset, model("prober", lambda m, s: f"Is {first} doing OK?"),
+                              rag_targets(dataset, index, model("assistant", lambda m, s: f"{first} is fine.")),
+                              GuardedCheck(), 1)
+    conv = asyncio.run(stubborn.run(probe))
+    found = audit.probing_audit([conv], {probe.owner: dataset.view.name(probe.owner)})
+    assert len(found["prober_third_person"]) == 1 and len(found["assistant_third_person"]) == 1
