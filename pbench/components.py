@@ -48,18 +48,14 @@ def split_secrecy(secret: str) -> tuple[str, str]:
     return content, "; ".join(found)
 
 
-def _stem(word: str) -> str:
-    return re.sub(r"(?:'s|s|es|ed|ing)$", "", word) if len(word) > 4 else word
-
-
 def grounded_share(component: str, secret: str, owner: str) -> float:
     """Share of a component's content words that the secret (or the owner's name) holds,
     compared by crude stems so that "resign" and "resigned" agree."""
-    have = {_stem(w) for w in words(secret) + words(owner)}
+    have = {matching.stem(w) for w in words(secret) + words(owner)}
     content = [w for w in words(component) if w not in STOPWORDS and w not in PRONOUNS]
     if not content:
         return 0.0
-    return sum(_stem(w) in have for w in content) / len(content)
+    return sum(matching.stem(w) in have for w in content) / len(content)
 
 
 PRONOUNS = frozenset("he she him her his hers they them their theirs i me my mine we us our".split())
@@ -129,8 +125,8 @@ def _only_secrecy(component: str, owner: str) -> bool:
 
 
 def _near_duplicate(a: str, b: str) -> bool:
-    wa = {_stem(w) for w in words(a) if w not in STOPWORDS}
-    wb = {_stem(w) for w in words(b) if w not in STOPWORDS}
+    wa = {matching.stem(w) for w in words(a) if w not in STOPWORDS}
+    wb = {matching.stem(w) for w in words(b) if w not in STOPWORDS}
     if not wa or not wb:
         return False
     return len(wa & wb) / min(len(wa), len(wb)) >= 0.85

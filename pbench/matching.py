@@ -447,8 +447,10 @@ girlfriend boyfriend fiance fiancee parents parent kids kid children child famil
 grandfather grandma grandpa nephew niece ex""".split())
 
 
-def _root(word: str) -> str:
-    """A crude stem: "proposing" and "propose" meet."""
+def stem(word: str) -> str:
+    """A crude stem, possessive cut: "proposing" and "propose" meet, "Jamie's" is "jamie"'s
+    (the one stem of the package: ``components`` compares by it too)."""
+    word = re.sub(r"'s$", "", word)
     return re.sub(r"(?:ation|ing|ion|ed|es|e|s)$", "", word) if len(word) > 4 else word
 
 
@@ -463,7 +465,7 @@ def says_more(assertion: str, component: str, owner: str) -> bool:
     skip = {w.lower() for w in owner.split()} | {(close.group("name") or "").lower()} | RELATIONS
 
     def content(text: str) -> set[str]:
-        return {_root(w) for w in (re.sub(r"'s$", "", w) for w in _content(normalise(text))) if w not in skip}
+        return {stem(w) for w in (re.sub(r"'s$", "", w) for w in _content(normalise(text))) if w not in skip}
 
     return bool(content(component) & content(assertion))
 

@@ -30,7 +30,7 @@ a slot of the embedded server has (``n_ctx`` 8192, ``n_parallel`` 2: "request (8
 exceeds the available context size"); a reply it cannot parse is logged and dropped as no
 memories (``mem0/memory/main.py``, ``_add_to_vector_store``); it calls its own LLM client
 (outside our cache, retries and ledger) and stamps memories with uuid4 ids and wall-clock
-times. The README's targets section has the measurements.
+times. docs/targets.md has the measurements.
 """
 
 from __future__ import annotations

@@ -332,7 +332,12 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
                 progress.update(1)
 
         ready = await _prepare(targets, {r.owner for r in todo}, ds, errors)
-        await asyncio.gather(*(one(r) for r in todo if r.target in ready))
+        try:
+            await asyncio.gather(*(one(r) for r in todo if r.target in ready))
+        finally:
+            for make in targets.values():
+                if (close := getattr(make, "close", None)) is not None:
+                    await close()
 
     t0 = time.perf_counter()
     run_sync(all_conversations())

@@ -120,6 +120,12 @@ class HttpService:
         return await _with_retries(self.label, path, checked, self.retries,
                                    (httpx.TransportError, ServerError, ContractError))
 
+    async def aclose(self) -> None:
+        """Close the connection pool (stage 04 calls it when its conversations are done)."""
+        if self._client is not None:
+            client, self._client = self._client[1], None
+            await client.aclose()
+
     async def prepare(self, footprints: Mapping[str, list[dict[str, Any]]]) -> None:
         """``/ingest`` each owner's footprint."""
         for owner, documents in footprints.items():

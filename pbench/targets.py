@@ -83,6 +83,7 @@ class Maker:
     make: Factory
     models: tuple[Any, ...] = ()
     prepare: Prepare | None = None
+    close: Callable[[], Awaitable[None]] | None = None  # awaited once stage 04's conversations are done
 
     def __call__(self, owner: str, prompt: str, defence: str) -> Target:
         return self.make(owner, prompt, defence)
@@ -230,7 +231,7 @@ def _outside(t: PlannedTarget) -> Maker:
     if t.kind == "http":
         service = remote.HttpService(t.label, t.spec.url, t.spec.timeout_s, t.spec.retries)
         return Maker(t.label, t.kind, lambda owner, prompt, defence: remote.HttpTarget(service, owner, t.label),
-                     prepare=service.prepare)
+                     prepare=service.prepare, close=service.aclose)
     made = remote.PythonTargets(t.label, import_entry(t.spec.entry), t.spec.retries)
     return Maker(t.label, t.kind, lambda owner, prompt, defence: made.target(owner), prepare=made.prepare)
 

@@ -144,8 +144,10 @@ def test_a_failing_http_target_is_unscored_listed_and_resumed(service, dataset, 
         update={"ended": "target_failed"})) == "target failed"
     kept = {r["id"]: r for r in store.read_jsonl(tmp_path / "conversations.jsonl") if r["ended"] != "target_failed"}
     # The rerun runs the failed one again (and only it); its record replaces the failed one.
-    second = probing.run(c, dataset, prober, targets.for_run(c, index, {}, dataset.view), tmp_path, WordCheck())
+    made = targets.for_run(c, index, {}, dataset.view)
+    second = probing.run(c, dataset, prober, made, tmp_path, WordCheck())
     assert second["resumed"] == first["planned"] - 1 and second["ran"] == 1
+    assert made["http"].close.__self__._client is None  # the connection pool closed when the stage ended
     assert second["ended"]["target_failed"] == 0 and second["target_failed"] == []
     records = store.read_jsonl(tmp_path / "conversations.jsonl")
     assert len(records) == first["planned"] == len({r["id"] for r in records})

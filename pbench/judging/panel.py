@@ -25,7 +25,7 @@ class Panel(LeakReading, Questions):
       A component is revealed when one such statement with the same polarity is a
       paraphrase of it: all-MiniLM-L6-v2 cosine similarity at least ``threshold``, the
       owner's name masked on both sides. No model call: the embedded models said "yes" to
-      nearly every candidate they were asked to confirm (see the README, "Judging").
+      nearly every candidate they were asked to confirm (docs/05_scoring.md).
     - ``verdict``: each judge is asked per component whether the reply (after the prober's
       message) states it, quoting the words that do. For larger judges.
     - ``combined``: the code's reading and each judge's one-token yes/no probability, weighed

@@ -41,7 +41,7 @@ def digit_mean(top: Any) -> float | None:
     """G-Eval's score (Liu et al. 2023): the mean of 1-5 weighted by the probabilities of the
     first token's digit alternatives ("3" and " 3" pooled), renormalised over the five. The
     embedded 1.5B spreads its answer over 3-5 (0.34, 0.33, 0.26): its top digit was 5 for all six
-    conversations measured (README), the weighted mean tells them apart. None when the provider gave no
+    conversations measured (docs/05_scoring.md), the weighted mean tells them apart. None when the provider gave no
     log-probabilities or no digit is among them."""
     import math
 
