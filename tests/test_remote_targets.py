@@ -267,6 +267,7 @@ def _wait_for(port, seconds=20):
     ({"kind": "http"}, "targets.0.url: required field is missing"),
     ({"kind": "python", "entry": "no_such_module_x:Thing"}, "targets.0.entry: cannot import module 'no_such_module_x'"),
     ({"kind": "python", "entry": "tests.test_remote_targets:Nope"}, "targets.0.entry: module 'tests.test_remote_targets' has no class 'Nope'"),
+    ({"kind": "http", "url": "http://127.0.0.1:1", "label": "extractive"}, "label 'extractive' is the name of another kind"),
 ])
 def test_a_bad_target_entry_is_one_line_naming_the_field(entry, message):
     with pytest.raises(config.ConfigError) as err:

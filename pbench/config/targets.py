@@ -153,6 +153,8 @@ def check_targets(targets: list[Any], labels: list[str]) -> None:
                              f"({', '.join(labels)}{', or all' if t.kind == 'rag' else ''})")
         mine = (labels if t.model == "all" else [t.model]) if t.kind == "rag" else [label_of(t)]
         for label in mine:
+            if t.kind != "rag" and label in TARGET_KINDS and label != t.kind:  # findings read "extractive" as the kind
+                raise ValueError(f"item {i}: label {label!r} is the name of another kind of target")
             if label in seen:
                 raise ValueError(f"item {i}: target {label!r} is listed twice")
             seen.add(label)
