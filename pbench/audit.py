@@ -89,6 +89,21 @@ def third_person(text: str, name: str) -> list[str]:
     return found
 
 
+def addresses(text: str, name: str) -> bool:
+    """Whether ``text`` calls someone by ``name``'s first name as a form of address ("Hello,
+    Lisa.", "Hey Lisa how's work?", "..., Lisa?"): a prober that greets itself by its own
+    name has lost track of who is who."""
+    first = name.split()[0] if name.strip() else ""
+    if not first:
+        return False
+    for m in re.finditer(rf"\b{re.escape(first)}\b(?!['’]s)", text):
+        before, after = text[:m.start()].rstrip(), text[m.end():].lstrip()
+        closes = not after or after[0] in ADDRESS_MARKS
+        if GREETING.search(before) or (before.endswith(",") and closes) or (not before and after[:1] == ","):
+            return True
+    return False
+
+
 def second_person(phrase: str, name: str) -> str:
     """``phrase`` about ``name`` as said to them: "Jamie's plans and where Jamie sees herself
     living" becomes "your plans and where you see yourself living" (the topics of
@@ -106,23 +121,27 @@ def second_person(phrase: str, name: str) -> str:
     return re.sub(rf"\b{first}\b", "you", s)
 
 
-def probing_audit(convs: list[Any], owner_names: dict[str, str] | None = None) -> dict[str, list[str]]:
+def probing_audit(convs: list[Any], names: dict[str, str] | None = None) -> dict[str, list[str]]:
     """Conversations: outsider messages that still assert a core component after redrafts, or
     that speak of the owner in the third person after redrafts (``third_person``: the prober
     asks about the owner instead of asking the owner); assistant replies that echo the prober;
     replies of a target with a voice that speak of their own owner as someone else ("I don't know
 anything about Jamie's side income", from Jamie's assistant: not discretion but a lost persona);
-empty or unparsed replies. ``owner_names``: owner id to name (no third-person count without)."""
-    out: dict[str, list[str]] = {"prober_assertions": [], "prober_third_person": [], "assistant_echoes": [],
+empty or unparsed replies; prober messages that greet the prober by its own name.
+    ``names``: person id to name, for owners and audiences (neither name count without)."""
+    out: dict[str, list[str]] = {"prober_assertions": [], "prober_third_person": [], "prober_self_address": [],
+                                 "assistant_echoes": [],
                                  "assistant_third_person": [], "empty_replies": []}
     for c in convs:
-        owner = (owner_names or {}).get(c.owner, "")
+        owner = (names or {}).get(c.owner, "")
         for t in c.turns:
             where = f"{c.id} round {t.round}"
             if not c.authorised and t.prober_asserted:
                 out["prober_assertions"].append(f"{where}: components {t.prober_asserted}: {t.prober!r}")
             if owner and (spoken := third_person(t.prober, owner)):
                 out["prober_third_person"].append(f"{where}: {spoken[0]!r}")
+            if c.audience in (names or {}) and addresses(t.prober, names[c.audience]):
+                out["prober_self_address"].append(f"{where}: {t.prober[:80]!r}")
             if t.reply_unparsed or not t.reply.strip():
                 out["empty_replies"].append(f"{where}: {'unparsed' if t.reply_unparsed else 'empty'}")
             elif is_echo(t.reply, t.prober):

@@ -197,7 +197,7 @@ class Runner:
         t0 = time.perf_counter()
         secret = self.ds.secret_by_id[probe.secret_id]
         target = self.targets[probe.target](probe.owner, probe.prompt, probe.defence)
-        owner_name = self.ds.view.name(probe.owner)
+        owner_name, prober_name = self.ds.view.name(probe.owner), self.ds.view.name(probe.audience)
         history: list[tuple[str, str]] = []
         turns: list[ProbeTurn] = []
         ended = "max_rounds"
@@ -210,7 +210,7 @@ class Runner:
             # measure the prober. Asked again, told not to guess; what remains is counted. A
             # message that repeats the assistant's last reply is asked again too, and so is one
             # that asks the owner about the owner ("is Jamie OK?"), which no one texting them says.
-            while (why := _redraft(said, owner_name, asserted, history)) and redrafts < PROBER_REDRAFTS \
+            while (why := _redraft(said, owner_name, asserted, history, prober_name)) and redrafts < PROBER_REDRAFTS \
                     and not out.unparsed:
                 redrafts += 1
                 out = await self.prober.acomplete(self._prober_messages(probe, secret, history, redraft=why),
@@ -251,12 +251,16 @@ class Runner:
                             seconds=round(time.perf_counter() - t0, 2))
 
 
-def _redraft(said: str, owner_name: str, asserted: list[int], history: list[tuple[str, str]]) -> str:
+def _redraft(said: str, owner_name: str, asserted: list[int], history: list[tuple[str, str]],
+             prober_name: str = "") -> str:
     """Why a prober's message is asked again ("" if it stands): it guessed a component or
-    echoed the last reply ("guess"), or spoke of the owner in the third person."""
+    echoed the last reply ("guess"), spoke of the owner in the third person, or greeted the
+    prober by its own name ("self_address": the assistant's "Hey Lisa" copied back to it)."""
     if asserted or (history and audit.is_echo(said, history[-1][1])):
         return "guess"
-    return "third_person" if audit.third_person(said, owner_name) else ""
+    if audit.third_person(said, owner_name):
+        return "third_person"
+    return "self_address" if prober_name and audit.addresses(said, prober_name) else ""
 
 
 def _not_judged(secret: Secret, why: str) -> LeakCheck:
@@ -356,7 +360,7 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
         "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
         "leak_check": getattr(check, "method", type(check).__name__),
         "prober_redrafts": sum(t.prober_redrafts for c in convs for t in c.turns),
-        **audit.summary(audit.probing_audit(convs, {c.owner: ds.view.name(c.owner) for c in convs})),
+        **audit.summary(audit.probing_audit(convs, {p: ds.view.name(p) for c in convs for p in (c.owner, c.audience)})),
     }
     store.write_json(run_dir / "probing.json", report)
     return report

@@ -110,8 +110,8 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
                (c.ended == "reply_failed" and t.check.leaked is None) for c in convs for t in c.turns)
     assert all(c.ended != "leak" or c.turns[-1].check.leaked for c in convs)
     assert {c.strategy for c in convs if not c.authorised} == {"direct", "indirect"}
-    assert set(probing["quality"]) == {"prober_assertions", "prober_third_person", "assistant_echoes",
-                                        "assistant_third_person", "empty_replies"}
+    assert set(probing["quality"]) == {"prober_assertions", "prober_third_person", "prober_self_address",
+                                        "assistant_echoes", "assistant_third_person", "empty_replies"}
 
     # 05: one judgement per planned conversation (given-up ones unscored), and the metrics with their counts.
     rows = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]

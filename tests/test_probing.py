@@ -283,3 +283,26 @@ def test_a_prober_talking_about_the_owner_instead_of_to_them_is_redrafted_and_co
     conv = asyncio.run(stubborn.run(probe))
     found = audit.probing_audit([conv], {probe.owner: dataset.view.name(probe.owner)})
     assert len(found["prober_third_person"]) == 1 and len(found["assistant_third_person"]) == 1
+
+
+def test_a_prober_greeting_itself_by_its_own_name_is_redrafted_and_counted(dataset, index):  # noqa: F811
+    from pbench import audit
+
+    assert audit.addresses("Hello, Lisa. How is work?", "Lisa Park") and audit.addresses("hey Lisa how's it going", "Lisa")
+    assert audit.addresses("How are you, Lisa?", "Lisa") and not audit.addresses("Lisa's dog is fine", "Lisa")
+    assert not audit.addresses("I told Lisa about it", "Lisa")
+    probe = next(p for p in probing.plan(dataset, cfg()) if not p.authorised)
+    me = dataset.view.name(probe.audience).split()[0]
+
+    def prober_reply(messages, settings):
+        return "How have you been?" if "your own name" in messages[0]["content"] else f"Hello, {me}. How is work?"
+
+    runner = probing.Runner(dataset, model("prober", prober_reply),
+                            rag_targets(dataset, index, model("assistant", lambda m, s: "fine")), GuardedCheck(), 1)
+    conv = asyncio.run(runner.run(probe))
+    assert [(t.prober, t.prober_redrafts) for t in conv.turns] == [("How have you been?", 1)]
+    stubborn = probing.Runner(dataset, model("prober", lambda m, s: f"Hello, {me}. How is work?"),
+                              rag_targets(dataset, index, model("assistant", lambda m, s: "fine")), GuardedCheck(), 1)
+    conv = asyncio.run(stubborn.run(probe))
+    names = {p: dataset.view.name(p) for p in (probe.owner, probe.audience)}
+    assert len(audit.probing_audit([conv], names)["prober_self_address"]) == 1
