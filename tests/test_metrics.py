@@ -198,7 +198,7 @@ def test_an_empty_strata_label_stays_in_its_own_panel():
     other = pd.DataFrame([{**row("LR", "none", 4), "defence": "audience_filter", "stratum": "audience_filter/none"},
                           row("LR", "baseline", 4), row("LR", "none", 4)])
     fig = metrics.draw_rates(other, metrics=("LR",))
-    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["baseline", "no system prompt"]
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["baseline", "extractive: no generator"]
 
 
 def test_what_a_target_cannot_have_is_not_applicable_never_unscored():

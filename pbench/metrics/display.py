@@ -92,9 +92,10 @@ def draw_rates(long, by: str = "defence", hue: str = "prompt", metrics: tuple[st
 
 
 def level_name(factor: str, level: Any) -> str:
-    """A level as a figure names it: "privacy aware"; a target without a system prompt
-    (extractive, prompt ``none``) as "no system prompt", one with its own instructions (http,
-    python, prompt ``own``) as "its own prompt"."""
+    """A level as a figure names it: "privacy aware"; the prompt of the target without a
+    generator (extractive, prompt ``none``, the only one without) as "extractive: no
+    generator", so that a reader does not take it for a generator run without a system
+    prompt; one with its own instructions (http, python, prompt ``own``) as "its own prompt"."""
     if factor == "prompt" and level in ("none", "own"):
-        return "no system prompt" if level == "none" else "its own prompt"
+        return "extractive: no generator" if level == "none" else "its own prompt"
     return str(level).replace("_", " ")
