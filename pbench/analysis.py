@@ -161,7 +161,7 @@ def draw_irr_lr(long, path: Path | None = None):
         xerr, yerr = [[x - 100 * irr["lo"]], [100 * irr["hi"] - x]], [[y - 100 * lr["lo"]], [100 * lr["hi"] - y]]
         x, y = nudge(x, y, i)
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=f"C{i}", capsize=3,
-                    label=f"{defence.replace('_', ' ')}, {prompt.replace('_', ' ')} "
+                    label=f"{metrics.level_name('prompt', prompt)}, defence {metrics.level_name('defence', defence)} "
                           f"(IRR {irr['count']:.0f}/{irr['n']:.0f} turns, LR {lr['count']:.0f}/{lr['n']:.0f})")
     ax.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
     ax.text(60, 50, "leaks = inappropriate retrievals", rotation=38, color="grey", fontsize=7)
