@@ -9,7 +9,7 @@ Reads the documents stage 04 hands to ``Memories.prepare`` (``targets.deployed``
 social metadata, no ground truth) and stage 03's index (each source document's metadata:
 participants, group, time, audience, the tagger's verdict). Writes ``memories.jsonl`` in the
 run folder: one record per (owner, source document), ``{"owner", "source", "timestamp",
-"memories", "unparsed", "raw"}``, sorted by owner, time and id; a rerun that prepares some
+"memories", "unparsed", "raw", "ungrounded"}``, sorted by owner, time and id; a rerun that prepares some
 owners replaces only their records.
 
 Each memory keeps its source document's id and metadata, so the defences apply to it as to its
@@ -18,6 +18,8 @@ retrievable only after its source was written, and a turn reports its sources' i
 (``Turn.retrieved``: the inappropriate retrieval rate reads them). An extraction that does not
 parse is retried by ``ChatModel`` (``parse_retries``), then recorded as unparsed with its raw
 reply and counted in the ledger: it makes no memory, and is never read as "nothing to remember".
+A memory whose words its document does not hold (``GROUNDED``) is kept aside in ``ungrounded``,
+never recalled: the small model copies its prompt's example into the facts of unrelated chats.
 
 Every model call goes through ``pbench.llm.ChatModel`` (its cache: a rerun makes no call).
 Memories live in memory, ranked exactly (cosine over MiniLM vectors, ties in a fixed order) as
@@ -44,14 +46,31 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from pbench import embeddings, rag, store
+from pbench import components, embeddings, rag, store
 from pbench.schema import Turn
 from pbench.social_graph import CommunityView
 
 MOST = 4  # memories a document may give
+GROUNDED = 0.5
+"""Share of a memory's content words its document (text, kind, date, people) must hold, or the
+memory is set aside as ``ungrounded`` and never shelved. On tiny's footprint the 1.5B copied the
+prompt's worked example ("Sam: I failed my driving test again", share 0.0 to 0.33) into 6 of 63
+memories, and wrote nothing else under 0.5."""
 EXTRACT_TEMPERATURE = 0.1  # mem0's default; above 0, so a parse retry (a new seed) can differ
 EXTRACT_TOKENS = 256  # room for MOST short facts in JSON
 FILE = "memories.jsonl"
+
+
+def summary(run_dir: str | Path) -> dict[str, int] | None:
+    """What a run's memory target extracted (``memories.jsonl``): documents read, memories
+    shelved, extractions unparsed, memories set aside as ungrounded; None without a memory target."""
+    path = Path(run_dir) / FILE
+    if not path.exists():
+        return None
+    rows = store.read_jsonl(path)
+    return {"documents": len(rows), "memories": sum(len(r["memories"]) for r in rows),
+            "unparsed": sum(bool(r["unparsed"]) for r in rows),
+            "ungrounded": sum(len(r.get("ungrounded", [])) for r in rows)}
 KINDS = {"chat": "a private chat", "ai_chat": "a chat with an AI assistant", "blog": "a blog post",
          "purchase": "a purchase record", "group_chat": "a group chat"}
 
@@ -85,9 +104,12 @@ async def extract(model: Any, doc: dict[str, Any], view: CommunityView) -> dict[
     out = await model.ask("memory", "extract", Extracted, temperature=EXTRACT_TEMPERATURE,
                           max_tokens=EXTRACT_TOKENS, **describe(doc, view))
     if out.unparsed:
-        return {"source": doc["id"], "memories": [], "unparsed": True, "raw": out.text}
-    kept = list(dict.fromkeys(m.strip() for m in out.parsed.memories if m.strip()))
-    return {"source": doc["id"], "memories": kept, "unparsed": False, "raw": None}
+        return {"source": doc["id"], "memories": [], "unparsed": True, "raw": out.text, "ungrounded": []}
+    said = list(dict.fromkeys(m.strip() for m in out.parsed.memories if m.strip()))
+    known = " ".join([doc["text"], *(str(v) for v in describe(doc, view).values() if not isinstance(v, int))])
+    kept = [m for m in said if components.grounded_share(m, known, "") >= GROUNDED]
+    return {"source": doc["id"], "memories": kept, "unparsed": False, "raw": None,
+            "ungrounded": [m for m in said if m not in kept]}
 
 
 @dataclass

@@ -110,6 +110,12 @@ def probing(report: dict[str, Any]) -> str:
                      + ("; ..." if len(gone) > 5 else ""))
     if report.get("errors"):
         lines.append(f"- {len(report['errors'])} did not finish (see `errors`); rerunning the stage resumes them.")
+    for label, mem in (report.get("targets") or {}).items():
+        if mem.get("kind") != "memory" or "documents" not in mem:
+            continue
+        lines.append(f"- The memory target `{label}` read {mem['documents']} documents and shelved {mem['memories']} memories; "
+                     f"{mem['unparsed']} extractions did not parse (no memory, counted) and {mem['ungrounded']} "
+                     "memories were set aside as ungrounded (their words are not in their document).")
     lines.append(f"- The prober was redrafted {_plural(report['prober_redrafts'], 'time')} for stating what it "
                  "should be probing for, repeating the reply, or speaking of the owner in the third person.")
     from pbench.audit import TARGET_KINDS

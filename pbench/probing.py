@@ -360,6 +360,7 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
         "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
         "leak_check": getattr(check, "method", type(check).__name__),
         "prober_redrafts": sum(t.prober_redrafts for c in convs for t in c.turns),
+        "targets": {label: make.report() for label, make in targets.items() if getattr(make, "report", None)},
         **audit.summary(audit.probing_audit(convs, {p: ds.view.name(p) for c in convs for p in (c.owner, c.audience)})),
     }
     store.write_json(run_dir / "probing.json", report)

@@ -84,6 +84,7 @@ class Maker:
     models: tuple[Any, ...] = ()
     prepare: Prepare | None = None
     close: Callable[[], Awaitable[None]] | None = None  # awaited once stage 04's conversations are done
+    report: Callable[[], dict[str, Any] | None] | None = None  # what it prepared, for probing.json
 
     def __call__(self, owner: str, prompt: str, defence: str) -> Target:
         return self.make(owner, prompt, defence)
@@ -243,4 +244,5 @@ def _memory(t: PlannedTarget, index: rag.Index, model: Any, view: CommunityView,
     def make(owner: str, prompt: str, defence: str) -> Target:
         return memory.MemoryTarget(memories, rag.Assistant(view, index, model, owner, prompt, defence, k), t.label)
 
-    return Maker(t.label, t.kind, make, (model,), memories.prepare)
+    return Maker(t.label, t.kind, make, (model,), memories.prepare,
+                 report=lambda: {"kind": "memory", **(memory.summary(index.run_dir) or {})})

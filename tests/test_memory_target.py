@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pbench import config, llm, memory, probing, rag, reproduce, store, targets
+from pbench import config, llm, memory, narrate, probing, rag, reproduce, store, targets
 from tests.conftest import FakeBackend, NoCalls
 from tests.test_footprint import bow_embed
 from tests.test_probing import WordCheck, cfg
@@ -136,6 +136,9 @@ def test_a_rerun_from_the_cache_makes_no_call_and_writes_the_same_files(dataset,
                       backend=None if name == "first" else NoCalls())
         report = run_memory(rag.Index(tmp_path / name, embed=bow_embed), dataset, prober, chat(cache=cache, backend=backend))
         assert report["conversations"] == report["planned"] > 0 and not report["errors"]
+        shelved = report["targets"]["memory"]
+        assert shelved["documents"] > 0 and shelved["memories"] > 0 and shelved["unparsed"] == 0
+        assert f"The memory target `memory` read {shelved['documents']} documents" in narrate.probing(report)
         runs.append(tmp_path / name)
     assert (runs[1] / memory.FILE).read_bytes() == (runs[0] / memory.FILE).read_bytes()
     for f in ("conversations.jsonl", "probe_plan.csv", "probing.json"):
@@ -198,3 +201,18 @@ def test_a_memory_target_run_connects_to_nothing_beyond_localhost(dataset, tmp_p
     assert report["conversations"] == report["planned"] > 0 and not report["errors"]
     assert server.kinds["memory/extract"] > 0 and server.kinds["rag/baseline"] > 0
     assert no_network["refused"] == [] and no_network["local"] > 0
+
+
+def test_a_memory_its_document_does_not_hold_is_set_aside_never_recalled(dataset, index):  # noqa: F811
+    def copies_the_example(messages, settings):
+        prompt = messages[-1]["content"]
+        if "what a personal assistant should remember" not in prompt:
+            return "ok"
+        line = prompt.partition("\n\n")[2].splitlines()[0]
+        return json.dumps({"memories": [re.sub(r"^(\w+): ", r"\1 says ", line), "Sam failed his driving test again"]})
+
+    m = prepared(index, dataset, chat(copies_the_example))
+    shelf = m.shelf("u1")
+    assert shelf.texts and not any("driving test" in t for t in shelf.texts)
+    records = store.read_jsonl(Path(index.run_dir) / memory.FILE)
+    assert all(r["ungrounded"] == ["Sam failed his driving test again"] for r in records)
