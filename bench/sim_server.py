@@ -380,8 +380,7 @@ class SimServer(LatencyServer):
                     "Is there anything I can do to help? What happens next?",
                     "Have you decided what you're going to do about it?")
         else:
-            topic = _yours(_find(r"something is going on with \S+, about (.+?)\. You do not know", text,
-                                 "how things are"), owner)
+            topic = _yours(_find(r"what you would call, talking to \S+: (.+?)\.?$", text, "how things are"), owner)
             if "Ask " in text and "explicit questions" in text:
                 asks = (f"is everything okay with {topic}? You've seemed a bit off lately.",
                         f"I don't mean to pry, but what's going on with {topic}? I'm a bit worried.",
