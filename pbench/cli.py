@@ -110,12 +110,21 @@ def _judge(args: argparse.Namespace) -> int:
         results = judging.judge_rows(panel, rows, progress=bar)
     seconds = time.perf_counter() - t0
     store.write_jsonl(dst, results)
+    _print_judged(dst, rows, results, len(errors), panel.stats, seconds)
+    return 2 if errors else 0
+
+
+def _print_judged(dst: Any, rows: list[Any], results: list[dict[str, Any]], invalid: int, stats: dict[str, int],
+                  seconds: float) -> None:
+    """``pbench judge``'s summary line, then its agreement with the rows' labels, overall and by category."""
+    from pbench import judging
+
     counts = {v: sum(r["verdict"] == v for r in results) for v in ("leak", "no_leak", "shared", "withheld", "unscored")}
     made = {m: sum(r.get("components_made") == m for r in results) for m in ("derived", "reasked", "split")}
     print(f"{dst}: {len(results)} rows judged ({', '.join(f'{k} {v}' for k, v in counts.items() if v)}); "
-          f"{len(errors)} invalid rows skipped; {panel.stats['calls']} judge calls "
-          f"({panel.stats['calls'] / max(1, len(results)):.2f} per row, {seconds / max(1, len(results)):.2f} s per row), "
-          f"{panel.stats['unparsed']} unparsed replies"
+          f"{invalid} invalid rows skipped; {stats['calls']} judge calls "
+          f"({stats['calls'] / max(1, len(results)):.2f} per row, {seconds / max(1, len(results)):.2f} s per row), "
+          f"{stats['unparsed']} unparsed replies"
           + (f"; components derived {made['derived']}, re-asked {made['reasked']}, clause split {made['split']}"
              if any(made.values()) else ""))
     table = judging.agreement(rows, results)
@@ -128,7 +137,6 @@ def _judge(args: argparse.Namespace) -> int:
             cats = cats[cats["judge"] == "panel"]
             print(cats[["task", "category", "cases", "scored", "agree", "agreement", "agreement_lo", "agreement_hi",
                         "false_positives", "missed"]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    return 2 if errors else 0
 
 
 def _fit(cfg: Any, args: argparse.Namespace) -> int:

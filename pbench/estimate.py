@@ -327,6 +327,51 @@ def _price(spec: ModelSpec, prices: dict[str, tuple[float, float]]) -> tuple[flo
     return None
 
 
+@dataclass
+class _Costing:
+    """Per-call figures for one run's parameters: tokens, seconds and the models each call goes to."""
+
+    cfg: RunConfig
+    cal: dict[str, Any]
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        self.per, self.st = self.cal["per"], self.cal["structure"]
+        self.mean_turn = (self.cfg.probing.max_rounds + 1) / 2  # every conversation runs all its rounds
+
+    def tokens(self, stage: str, role: str, calls: float, spec: ModelSpec, documents: float) -> tuple[float, float]:
+        """Prompt and completion tokens of ``calls`` calls, scaled from the calibration run's structure."""
+        st, msg = self.st, self.st["msg_tokens"]
+        c = self.per.get(f"{stage}/{role}")
+        if c is None:  # a stage the calibration run made no such call in: the role's mean elsewhere
+            same = [x for key, x in self.per.items() if key.endswith(f"/{role}")] or list(self.per.values())
+            c = {key: sum(x[key] for x in same) / len(same) for key in ("prompt_per_call", "completion_per_call")}
+        prompt, completion = c["prompt_per_call"], c["completion_per_call"]
+        if stage == "04_probing" and role == "assistant":  # system + retrieved documents + the conversation so far
+            prompt += (self.cfg.probing.top_k - st["top_k"]) * st["doc_tokens"] + 2 * (self.mean_turn - st["mean_turn"]) * msg
+        elif stage == "04_probing" and role == "prober":  # the conversation so far
+            prompt += 2 * (self.mean_turn - st["mean_turn"]) * msg
+        elif stage == "05_scoring":  # the replies (and the prober's messages) it reads
+            prompt += (self.cfg.probing.max_rounds - st["mean_rounds"]) * 2 * msg
+        if stage == "02_footprint" and st.get("completion_per_document") is not None:
+            return calls * prompt, documents * st["completion_per_document"]
+        return calls * prompt, calls * min(completion, spec.max_tokens * (spec.parse_retries + 1))
+
+    def specs(self, role: str, stage: str) -> list[ModelSpec]:
+        """The models a role's calls in a stage go to."""
+        cfg = self.cfg
+        if role == "assistant" and stage == "04_probing":  # the rag targets' models
+            return [t.model for t in cfg.planned_targets() if t.kind in GENERATING]
+        value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
+        return value if isinstance(value, list) else [value]
+
+    def local_seconds(self, stage: str, role: str) -> float:
+        """A local call's wall time in the calibration run's stage, else its mean over stages."""
+        own = self.per.get(f"{stage}/{role}", {}).get("wall_seconds_per_call")
+        timed = [x["wall_seconds_per_call"] for x in self.per.values() if x.get("wall_seconds_per_call")]
+        return own or (sum(timed) / len(timed) if timed else self.latency_s)
+
+
 def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | None = None, latency_s: float = 1.0,
              prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
     """The estimate for a run's parameters (see the module's docstring).
@@ -339,65 +384,10 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
         prices: dollars per million (input, output) tokens by model label or name; they win
             over the specs' ``price_per_mtok``.
     """
-    from pbench.llm import Roles, server_of
-
     cal = calibration or load_calibration()
-    per, st = cal["per"], cal["structure"]
-    prices = prices or {}
     v = volumes(cfg)
     dev = dev_rows(cfg)
-    k = cfg.probing.top_k
-    rounds = cfg.probing.max_rounds
-    mean_turn = (rounds + 1) / 2  # every conversation runs all its rounds
-    msg = st["msg_tokens"]
-
-    def tokens(stage: str, role: str, calls: float, spec: ModelSpec) -> tuple[float, float]:
-        c = per.get(f"{stage}/{role}")
-        if c is None:  # a stage the calibration run made no such call in: the role's mean elsewhere
-            same = [x for key, x in per.items() if key.endswith(f"/{role}")] or list(per.values())
-            c = {key: sum(x[key] for x in same) / len(same) for key in ("prompt_per_call", "completion_per_call")}
-        prompt, completion = c["prompt_per_call"], c["completion_per_call"]
-        if stage == "04_probing" and role == "assistant":  # system + retrieved documents + the conversation so far
-            prompt += (k - st["top_k"]) * st["doc_tokens"] + 2 * (mean_turn - st["mean_turn"]) * msg
-        elif stage == "04_probing" and role == "prober":  # the conversation so far
-            prompt += 2 * (mean_turn - st["mean_turn"]) * msg
-        elif stage == "05_scoring":  # the replies (and the prober's messages) it reads
-            prompt += (rounds - st["mean_rounds"]) * 2 * msg
-        if stage == "02_footprint" and st.get("completion_per_document") is not None:
-            return calls * prompt, v["documents"] * st["completion_per_document"]
-        return calls * prompt, calls * min(completion, spec.max_tokens * (spec.parse_retries + 1))
-
-    def specs(role: str, stage: str) -> list[ModelSpec]:
-        if role == "assistant" and stage == "04_probing":  # the rag targets' models
-            return [t.model for t in cfg.planned_targets() if t.kind in GENERATING]
-        value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
-        return value if isinstance(value, list) else [value]
-
-    def local_seconds(stage: str, role: str) -> float:
-        """A local call's wall time in the calibration run's stage, else its mean over stages."""
-        own = per.get(f"{stage}/{role}", {}).get("wall_seconds_per_call")
-        timed = [x["wall_seconds_per_call"] for x in per.values() if x.get("wall_seconds_per_call")]
-        return own or (sum(timed) / len(timed) if timed else latency_s)
-
-    gates = Roles.gates_of(cfg)
-    lines: list[Line] = []
-    for stage, role, calls in arithmetic(cfg, v, dev, st["components"]):
-        if not calls:
-            continue
-        factor = per.get(f"{stage}/{role}", {}).get("calls_factor", 1.0)
-        targets = specs(role, stage)[:1] if stage == "03_rag_assistant" else specs(role, stage)  # notebook 03 asks the first target once
-        for spec in targets:
-            # Conversations are spread over the targets; the judges each get every call.
-            share = calls / len(targets) if role == "assistant" and stage == "04_probing" else calls
-            if role == "judge":
-                share = calls / len(cfg.models.judge)
-            n = share * factor
-            p_tok, c_tok = tokens(stage, role, n, spec)
-            seconds_per_call = local_seconds(stage, role) if spec.provider == "local" else latency_s
-            limit = 1 if spec.provider == "local" else gates[server_of(spec)].limit
-            price = _price(spec, prices)
-            lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, n * seconds_per_call / limit,
-                              None if price is None else (p_tok * price[0] + c_tok * price[1]) / 1e6))
+    lines = _lines(cfg, _Costing(cfg, cal, latency_s), v, dev, prices or {})
     stage_seconds: dict[str, float] = {}
     for line in lines:  # a stage's servers work at once: the slowest server sets its time
         by_server = stage_seconds.setdefault(line.stage, 0.0)
@@ -406,7 +396,40 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
     if "04_probing" in stage_seconds and not all(s.provider == "local" for s in cfg.models.assistant):
         steps = 2 + (cfg.judging.method == "verdict")
         waves = math.ceil(v["conversations"] / cfg.probing.conversations_in_flight)
-        stage_seconds["04_probing"] = max(stage_seconds["04_probing"], waves * rounds * steps * latency_s)
+        stage_seconds["04_probing"] = max(stage_seconds["04_probing"], waves * cfg.probing.max_rounds * steps * latency_s)
+    return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), _notes(cfg, v, dev))
+
+
+def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any],
+           prices: dict[str, tuple[float, float]]) -> list[Line]:
+    """One Line per stage, role and model: calls, tokens, seconds and dollars."""
+    from pbench.llm import Roles, server_of
+
+    gates = Roles.gates_of(cfg)
+    lines: list[Line] = []
+    for stage, role, calls in arithmetic(cfg, v, dev, costing.st["components"]):
+        if not calls:
+            continue
+        factor = costing.per.get(f"{stage}/{role}", {}).get("calls_factor", 1.0)
+        specs = costing.specs(role, stage)
+        targets = specs[:1] if stage == "03_rag_assistant" else specs  # notebook 03 asks the first target once
+        for spec in targets:
+            # Conversations are spread over the targets; the judges each get every call.
+            share = calls / len(targets) if role == "assistant" and stage == "04_probing" else calls
+            if role == "judge":
+                share = calls / len(cfg.models.judge)
+            n = share * factor
+            p_tok, c_tok = costing.tokens(stage, role, n, spec, v["documents"])
+            seconds_per_call = costing.local_seconds(stage, role) if spec.provider == "local" else costing.latency_s
+            limit = 1 if spec.provider == "local" else gates[server_of(spec)].limit
+            price = _price(spec, prices)
+            lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, n * seconds_per_call / limit,
+                              None if price is None else (p_tok * price[0] + c_tok * price[1]) / 1e6))
+    return lines
+
+
+def _notes(cfg: RunConfig, v: dict[str, float], dev: list[Any]) -> list[str]:
+    """What the estimate names but cannot time: outside targets, the dev set, a person's labelling."""
     notes = []
     if v["outside_turns"]:
         notes.append(f"the http and python targets' own time is not estimated: stage 04 waits on up to "
@@ -419,8 +442,7 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
                      "conversations in label.html (validation.human_sample) at about "
                      f"{v['labelling_seconds'] / v['labelling_conversations']:.0f} s each, "
                      f"about {_duration(v['labelling_seconds'])}")
-    return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), notes)
-
+    return notes
 
 def _server_seconds(lines: list[Line], line: Line, cfg: RunConfig) -> float:
     """Seconds of the lines of ``line``'s stage that share its server (their calls add up)."""

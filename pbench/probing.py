@@ -347,24 +347,30 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
     run_sync(all_conversations())
     seconds = time.perf_counter() - t0
     store.sort_jsonl(run_dir / "conversations.jsonl", [r.id for r in rows], last_wins=True)
-    convs = load_conversations(run_dir)
-    report = {
+    report = _report(rows, load_conversations(run_dir), ds, targets, check, resumed=len(done), ran=counts["finished"],
+                     errors=errors, seconds=seconds)
+    store.write_json(run_dir / "probing.json", report)
+    return report
+
+
+def _report(rows: list[Probe], convs: list[Conversation], ds: Dataset, targets: Mapping[str, Factory], check: Any, *,
+            resumed: int, ran: int, errors: list[str], seconds: float) -> dict[str, Any]:
+    """Stage 04's report, ``probing.json``: what was planned, run, resumed and how each conversation ended."""
+    return {
         "planned": len(rows), "secrets_probed": len({r.secret_id for r in rows}),
-        "secrets_not_carried": not_carried(ds), "resumed": len(done), "ran": counts["finished"],
+        "secrets_not_carried": not_carried(ds), "resumed": resumed, "ran": ran,
         "errors": sorted(errors),
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
         "ended": {k: sum(c.ended == k for c in convs) for k in ("leak", "shared", "max_rounds", "prober_unparsed",
                                                                         "reply_failed", "target_failed")},
         "target_failed": [f"{c.id} ({c.target}): {c.turns[-1].check.detail}" for c in convs if c.ended == "target_failed"],
         "seconds": round(seconds, 1),
-        "conversations_per_minute": round(60 * counts["finished"] / seconds, 2) if counts["finished"] else None,
+        "conversations_per_minute": round(60 * ran / seconds, 2) if ran else None,
         "leak_check": getattr(check, "method", type(check).__name__),
         "prober_redrafts": sum(t.prober_redrafts for c in convs for t in c.turns),
         "targets": {label: make.report() for label, make in targets.items() if getattr(make, "report", None)},
         **audit.summary(audit.probing_audit(convs, {p: ds.view.name(p) for c in convs for p in (c.owner, c.audience)})),
     }
-    store.write_json(run_dir / "probing.json", report)
-    return report
 
 
 async def _prepare(targets: Mapping[str, Factory], owners: set[str], ds: Dataset, errors: list[str]) -> set[str]:

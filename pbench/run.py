@@ -262,35 +262,12 @@ def run(
     cfg = config_mod.load(params_path)
     config_mod.verify_model_files(cfg)
     if all_stages is None:
-        from pbench import estimate
-
-        try:
-            print(estimate.estimate(cfg, source=params_path.name).one_line(), flush=True)
-        except FileNotFoundError as exc:  # the estimate informs; a missing calibration never stops a run
-            print(f"estimate: unavailable ({exc})", flush=True)
+        _print_estimate(cfg, params_path)
     nb_dir = notebooks_dir or default_notebooks_dir()
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
     run_dir = cfg.run_dir(base or Path.cwd()).resolve()
-    from pbench import labelling
-
-    labelling.stored(run_dir)  # a bad labels file stops the run before anything is written
-    run_dir.mkdir(parents=True, exist_ok=True)
-    store.write_yaml(run_dir / "params.resolved.yaml", cfg.dump())
-    manifest = run_dir / "manifest.json"
-    from pbench.llm import Roles
-
-    store.update_json(
-        manifest,
-        {
-            "pbench_version": pbench.__version__,
-            "git_commit": git_commit(),
-            "python": platform.python_version(),
-            "params_file": params_path.name,
-            "run_name": cfg.run_name,
-            "models": Roles.bindings_of(cfg),
-        },
-    )
+    manifest = _open_run(cfg, params_path, run_dir)
     results: list[StageResult] = []
     upstream: list[str] = []
     started = time.perf_counter()
@@ -319,35 +296,78 @@ def run(
             print(f"{st.name}: {', '.join(damaged)} missing or changed since the stage finished; running it again")
         elif done and unfinished and not force:
             print(f"{st.name}: {unfinished} units of work were given up last time; trying them again")
-        marker.unlink(missing_ok=True)
-        _set_aside_stale(run_dir, st, fp, forced=force)
-        usage_file = run_dir / "stages" / f"{st.name}.usage.json"
-        usage_file.unlink(missing_ok=True)
-        t0 = time.perf_counter()
-        try:
-            _execute(nb_in, run_dir / "notebooks" / nb_in.name, params_path, run_dir, progress)
-        except StageFailed:
-            results.append(StageResult(st.name, "failed", time.perf_counter() - t0))
-            store.update_json(manifest, {"stages": {st.name: {"status": "failed"}}})
-            _print_summary(results)
-            raise
-        seconds = time.perf_counter() - t0
-        record = store.read_json(usage_file, default={})
-        usage, metrics = record.get("llm", {}), record.get("metrics", {})
-        missing = [o for o in st.outputs if not (run_dir / o).exists()]
-        if missing:
-            raise StageFailed(f"stage {st.name} finished without writing {', '.join(missing)}")
-        done = {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics,
-                "outputs": output_digests(run_dir, st)}
-        store.write_json(marker, done)
+        done = _run_stage(st, nb_in, fp, params_path, run_dir, results, force=force, progress=progress)
         upstream.append(f"{fp}:{_digest_of(st, done)}")
-        entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
-        store.update_json(manifest, {"stages": {st.name: entry}})
-        results.append(StageResult(st.name, "ran", seconds, usage))
     store.update_json(manifest, {"last_run_seconds": round(time.perf_counter() - started, 2)})
     _print_summary(results)
     _print_headline(run_dir)
     return results
+
+
+def _print_estimate(cfg: RunConfig, params_path: Path) -> None:
+    """The run's estimate, one line; it informs, so a missing calibration never stops a run."""
+    from pbench import estimate
+
+    try:
+        print(estimate.estimate(cfg, source=params_path.name).one_line(), flush=True)
+    except FileNotFoundError as exc:
+        print(f"estimate: unavailable ({exc})", flush=True)
+
+
+def _open_run(cfg: RunConfig, params_path: Path, run_dir: Path) -> Path:
+    """Check the run's labels files, then create its folder, ``params.resolved.yaml`` and the
+    manifest's header; the manifest's path."""
+    from pbench import labelling
+    from pbench.llm import Roles
+
+    labelling.stored(run_dir)  # a bad labels file stops the run before anything is written
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store.write_yaml(run_dir / "params.resolved.yaml", cfg.dump())
+    manifest = run_dir / "manifest.json"
+    store.update_json(
+        manifest,
+        {
+            "pbench_version": pbench.__version__,
+            "git_commit": git_commit(),
+            "python": platform.python_version(),
+            "params_file": params_path.name,
+            "run_name": cfg.run_name,
+            "models": Roles.bindings_of(cfg),
+        },
+    )
+    return manifest
+
+
+def _run_stage(st: Stage, nb_in: Path, fp: str, params_path: Path, run_dir: Path, results: list[StageResult], *,
+               force: bool, progress: bool) -> dict[str, Any]:
+    """Execute one stage's notebook and record it: its marker in ``stages/``, its manifest entry and
+    its StageResult in ``results``. The marker is written last, so a stage cut off runs again."""
+    manifest = run_dir / "manifest.json"
+    (run_dir / "stages" / f"{st.name}.json").unlink(missing_ok=True)
+    _set_aside_stale(run_dir, st, fp, forced=force)
+    usage_file = run_dir / "stages" / f"{st.name}.usage.json"
+    usage_file.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        _execute(nb_in, run_dir / "notebooks" / nb_in.name, params_path, run_dir, progress)
+    except StageFailed:
+        results.append(StageResult(st.name, "failed", time.perf_counter() - t0))
+        store.update_json(manifest, {"stages": {st.name: {"status": "failed"}}})
+        _print_summary(results)
+        raise
+    seconds = time.perf_counter() - t0
+    record = store.read_json(usage_file, default={})
+    usage, metrics = record.get("llm", {}), record.get("metrics", {})
+    missing = [o for o in st.outputs if not (run_dir / o).exists()]
+    if missing:
+        raise StageFailed(f"stage {st.name} finished without writing {', '.join(missing)}")
+    done = {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics,
+            "outputs": output_digests(run_dir, st)}
+    store.write_json(run_dir / "stages" / f"{st.name}.json", done)
+    entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
+    store.update_json(manifest, {"stages": {st.name: entry}})
+    results.append(StageResult(st.name, "ran", seconds, usage))
+    return done
 
 
 def output_digests(run_dir: Path, st: Stage) -> dict[str, str]:
