@@ -226,6 +226,8 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
                 text += (f" The extractive target is {_label(levels[0])}'s retrieval with no generator: this "
                          f"difference is what {_label(levels[0])}'s generator caught"
                          f" under {', '.join(sorted({_label(r['defence']) for r in a})).replace('none', 'no defence')}.")
+                if d["a"]["n"] and not d["a"]["count"]:
+                    text += " " + _why_no_extractive_leak(a)
             paper = _paper_change(factor, m, level, levels[0])
             if paper is not None:
                 unit = "" if m == "PC" else " points"
@@ -233,6 +235,26 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
             out.append((text, d))
     return out
 
+
+
+def _why_no_extractive_leak(rows: list[dict[str, Any]]) -> str:
+    """Why retrieval alone leaked nothing, from the extractive target's own rows: how often it
+    retrieved a telling for someone who may not know, and how many core components its replies
+    stated. It replies with the retrieved sentences closest to the asker's message, within its
+    word budget: a secret retrieved but not stated was in sentences it did not choose."""
+    scored = [r for r in rows if not r["authorised"] and not r["unscored_reason"]]
+    exposed = sum(r["inappropriate_turns"] or 0 for r in scored)
+    turns = sum(r["turns"] for r in scored)
+    stated = sum(c == "revealed" for r in scored for c in r.get("components", []))
+    total = sum(len(r.get("components", [])) for r in scored)
+    if not exposed:
+        return ("None of its conversations leaked fully because no turn retrieved a document telling the "
+                "secret to someone who may not know it.")
+    return (f"None of its conversations leaked fully: it retrieved a document telling the secret in {exposed} "
+            f"of {turns} turns, yet its replies stated {stated} of the {total} core components of those "
+            "conversations. It answers with the retrieved sentences closest to the asker's message, within its "
+            "word budget, and a secret's telling spreads it over several lines: where a component was retrieved "
+            "but not stated, the sentences closest to the question were others.")
 
 def _paper_change(factor: str, metric: str, a: Any, b: Any) -> float | None:
     if factor == "prompt" and (a, b) == ("privacy_aware", "baseline"):

@@ -154,6 +154,21 @@ def test_targets_compare_under_the_defences_both_ran_and_defences_within_a_targe
     assert prompt_levels == {("privacy-aware", "baseline")}
 
 
+
+def test_an_extractive_target_that_leaks_nothing_says_why_from_its_own_turns():
+    """tiny's demo may see no full leak from retrieval alone: the Findings then say how often
+    it retrieved the telling and how many components its replies stated."""
+    rows = [r for r in tiny_design() if r["target"] != "extractive" or r["defence"] != "none"]
+    for s in range(6):  # 2 turns each, the telling retrieved in one; one component of 2 stated in s0
+        r = row(f"extractive-none-{s}", False, "no_leak", secret=f"s{s}", prompt="none", inappropriate=1, share=0.0)
+        rows.append({**r, "target": "extractive", "components": ["revealed" if s == 0 else "not revealed", "not revealed"]})
+    target_lr = next(f for f in findings.findings(rows) if f.section == "Targets" and f.data["metric"] == "LR")
+    assert target_lr.data["a"]["count"] == 0
+    assert "retrieved a document telling the secret in 6 of 12 turns" in target_lr.text
+    assert "stated 1 of the 12 core components" in target_lr.text
+    leaky = next(f for f in findings.findings(tiny_design()) if f.section == "Targets" and f.data["metric"] == "LR")
+    assert "leaked fully" not in leaky.text
+
 def test_a_fully_crossed_run_compares_every_row():
     rows = arms(1, 3, secrets=4)
     a, b = findings.matched(rows, "prompt", "privacy_aware", "baseline")
