@@ -444,6 +444,7 @@ def _notes(cfg: RunConfig, v: dict[str, float], dev: list[Any]) -> list[str]:
                      f"about {_duration(v['labelling_seconds'])}")
     return notes
 
+
 def _server_seconds(lines: list[Line], line: Line, cfg: RunConfig) -> float:
     """Seconds of the lines of ``line``'s stage that share its server (their calls add up)."""
     from pbench.llm import Roles, server_of

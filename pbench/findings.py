@@ -236,7 +236,6 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
     return out
 
 
-
 def _why_no_extractive_leak(rows: list[dict[str, Any]]) -> str:
     """Why retrieval alone leaked nothing, from the extractive target's own rows: how often it
     retrieved a telling for someone who may not know, and how many core components its replies
@@ -245,8 +244,8 @@ def _why_no_extractive_leak(rows: list[dict[str, Any]]) -> str:
     scored = [r for r in rows if not r["authorised"] and not r["unscored_reason"]]
     exposed = sum(r["inappropriate_turns"] or 0 for r in scored)
     turns = sum(r["turns"] for r in scored)
-    stated = sum(c == "revealed" for r in scored for c in r.get("components", []))
-    total = sum(len(r.get("components", [])) for r in scored)
+    stated = sum(c == "revealed" for r in scored for c in r["components"])  # judging.votes.REVEALED, a layer up
+    total = sum(len(r["components"]) for r in scored)
     if not exposed:
         return ("None of its conversations leaked fully because no turn retrieved a document telling the "
                 "secret to someone who may not know it.")
@@ -255,6 +254,7 @@ def _why_no_extractive_leak(rows: list[dict[str, Any]]) -> str:
             "conversations. It answers with the retrieved sentences closest to the asker's message, within its "
             "word budget, and a secret's telling spreads it over several lines: where a component was retrieved "
             "but not stated, the sentences closest to the question were others.")
+
 
 def _paper_change(factor: str, metric: str, a: Any, b: Any) -> float | None:
     if factor == "prompt" and (a, b) == ("privacy_aware", "baseline"):

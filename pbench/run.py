@@ -277,7 +277,7 @@ def run(
         if not nb_in.is_file():
             raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
         fp = fingerprint(cfg, st, nb_in, upstream, run_dir)
-        marker = run_dir / "stages" / f"{st.name}.json"
+        marker = _marker(run_dir, st)
         done = store.read_json(marker, default={}) if marker.exists() else {}
         damaged = damaged_outputs(run_dir, st, done)
         if st not in selected:
@@ -338,12 +338,18 @@ def _open_run(cfg: RunConfig, params_path: Path, run_dir: Path) -> Path:
     return manifest
 
 
+
+def _marker(run_dir: Path, st: Stage) -> Path:
+    """The record of a finished stage, ``stages/NN_name.json``: written last, so its absence means
+    the stage has not finished."""
+    return run_dir / "stages" / f"{st.name}.json"
+
 def _run_stage(st: Stage, nb_in: Path, fp: str, params_path: Path, run_dir: Path, results: list[StageResult], *,
                force: bool, progress: bool) -> dict[str, Any]:
     """Execute one stage's notebook and record it: its marker in ``stages/``, its manifest entry and
     its StageResult in ``results``. The marker is written last, so a stage cut off runs again."""
     manifest = run_dir / "manifest.json"
-    (run_dir / "stages" / f"{st.name}.json").unlink(missing_ok=True)
+    _marker(run_dir, st).unlink(missing_ok=True)
     _set_aside_stale(run_dir, st, fp, forced=force)
     usage_file = run_dir / "stages" / f"{st.name}.usage.json"
     usage_file.unlink(missing_ok=True)
@@ -363,7 +369,7 @@ def _run_stage(st: Stage, nb_in: Path, fp: str, params_path: Path, run_dir: Path
         raise StageFailed(f"stage {st.name} finished without writing {', '.join(missing)}")
     done = {"fingerprint": fp, "seconds": round(seconds, 2), "usage": usage, "metrics": metrics,
             "outputs": output_digests(run_dir, st)}
-    store.write_json(run_dir / "stages" / f"{st.name}.json", done)
+    store.write_json(_marker(run_dir, st), done)
     entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
     store.update_json(manifest, {"stages": {st.name: entry}})
     results.append(StageResult(st.name, "ran", seconds, usage))
