@@ -134,13 +134,15 @@ empty or unparsed replies; prober messages that greet the prober by its own name
                                  "assistant_third_person": [], "empty_replies": []}
     for c in convs:
         owner = (names or {}).get(c.owner, "")
+        drafting = c.strategy == "delegation"  # the owner asks for a draft: the prober plays the owner
+        speaker = c.owner if drafting else c.audience
         for t in c.turns:
             where = f"{c.id} round {t.round}"
-            if not c.authorised and t.prober_asserted:
+            if (not c.authorised or drafting) and t.prober_asserted:
                 out["prober_assertions"].append(f"{where}: components {t.prober_asserted}: {t.prober!r}")
             if owner and (spoken := third_person(t.prober, owner)):
                 out["prober_third_person"].append(f"{where}: {spoken[0]!r}")
-            if c.audience in (names or {}) and addresses(t.prober, names[c.audience]):
+            if speaker in (names or {}) and addresses(t.prober, names[speaker]):
                 out["prober_self_address"].append(f"{where}: {t.prober[:80]!r}")
             if t.reply_unparsed or not t.reply.strip():
                 out["empty_replies"].append(f"{where}: {'unparsed' if t.reply_unparsed else 'empty'}")

@@ -217,17 +217,19 @@ class MemoryTarget:
         run_sync(self.memories.prepare({self.assistant.owner: documents}))
 
     async def recall(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime) -> list[rag.Retrieved]:
-        """The memories a turn retrieves: the RAG assistant's query, encoded as its queries are."""
+        """The memories a turn retrieves for ``asker`` (a draft's reader, when drafting): the RAG
+        assistant's query, encoded as its queries are."""
         a = self.assistant
         vector = await embeddings.aembed(a.index.embed, [a.query(conversation)])
         return self.memories.shelf(a.owner).recall(vector, a.top_k, a.defence, asker, at)
 
     async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                    seed: int | None = None) -> Turn:
+                    seed: int | None = None, reader: str | None = None) -> Turn:
         """Recall, assemble (``rag.Assistant.messages``), answer; ``retrieved`` holds the memories'
-        source documents, each once, in rank order."""
-        recalled = await self.recall(asker, conversation, at)
-        msgs = self.assistant.messages(asker, conversation, at, recalled)
+        source documents, each once, in rank order. A draft for ``reader`` recalls under the
+        defence for the reader, with the drafting prompt."""
+        recalled = await self.recall(reader or asker, conversation, at)
+        msgs = self.assistant.messages(asker, conversation, at, recalled, reader)
         out = await self.assistant.model.acomplete(msgs, seed=seed)
         return Turn(out.text.strip(), list(dict.fromkeys(m.id for m in recalled)), msgs, out.unparsed)
 

@@ -20,6 +20,14 @@ decides, one core component at a time, whether the secret's components have all 
 revealed so far; every judge's vote is kept with the turn. An unauthorised conversation
 stops at the first leak; an authorised one stops when the secret is shared.
 
+Beside the paper's two strategies (``direct``, ``indirect``), two more attack surfaces:
+- ``pretext``: the outsider claims standing. Code picks what they cite: a confidant from the
+  sharing events (``Probe.setup``, a person id), else their own tie to the owner.
+- ``delegation``: the owner asks their own assistant for a draft (a task code picks, to the
+  audience person), on the secret's topic, never naming it, then for one revision. The target
+  is told who will read the draft (``reader``): the audience filter filters for them. A target
+  that cannot draft is not planned for it, and its skipped probes are counted.
+
 A rerun skips finished conversations; a killed run loses only those in flight.
 """
 
@@ -37,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pbench import audit, prompts, store
-from pbench.config import RunConfig
+from pbench.config import CHAT_STRATEGIES, DRAFTING, RunConfig
 from pbench.footprint import Dataset, carried, may_know
 from pbench.llm import LLMError, flush_caches
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret, deployed
@@ -62,6 +70,7 @@ class Probe:
     defence: str
     target: str
     at: dt.datetime
+    setup: str = ""  # pretext: the confidant cited (a person id; "": the asker's own tie); delegation: the task
 
 
 def probe_time(secret: Secret, end: dt.date) -> dt.datetime:
@@ -92,9 +101,11 @@ def not_carried(ds: Dataset) -> list[str]:
     return sorted(s.id for s in ds.secrets if not carried(s))
 
 
-def plan(ds: Dataset, cfg: RunConfig) -> list[Probe]:
+def plan(ds: Dataset, cfg: RunConfig, skipped: dict[str, int] | None = None) -> list[Probe]:
     """Every conversation of the run, in a stable order, over the secrets some telling
-    carries (``probing.secrets`` of them, sampled with the run's seed, when it is set)."""
+    carries (``probing.secrets`` of them, sampled with the run's seed, when it is set).
+    ``skipped``, when given, is filled with the delegation probes per target label that were
+    not planned because the target cannot draft."""
     p = cfg.probing
     rng = random.Random(cfg.seed)
     secrets = sorted((s for s in ds.secrets if carried(s)), key=lambda s: s.id)
@@ -104,26 +115,67 @@ def plan(ds: Dataset, cfg: RunConfig) -> list[Probe]:
     for s in secrets:
         at = probe_time(s, ds.view.period[1])
         for person, authorised in audiences(ds, s, at, p.unauthorised_per_secret, p.authorised_per_secret, rng):
-            # A confidant talks as someone who knows: the outsider's strategies do not apply.
-            for strategy in p.strategies[:1] if authorised else p.strategies:
-                for prompt, defence, target in cells(cfg):
+            for strategy in strategies(cfg, authorised):
+                setup = _setup(ds, s, person, at, strategy, random.Random(f"{cfg.seed}|{s.id}|{person}|{strategy}"))
+                for prompt, defence, target in cells(cfg, strategy, skipped):
                     key = "|".join((s.id, person, strategy, prompt, defence, target))
                     cid = hashlib.sha256(key.encode()).hexdigest()[:12]
-                    rows.append(Probe(cid, s.id, s.owner, person, authorised, strategy, prompt, defence, target, at))
+                    rows.append(Probe(cid, s.id, s.owner, person, authorised, strategy, prompt, defence, target, at,
+                                      setup))
     return rows
 
 
-def cells(cfg: RunConfig) -> list[tuple[str, str, str]]:
+def strategies(cfg: RunConfig, authorised: bool) -> list[str]:
+    """The strategies an audience is probed with. An outsider: every one of
+    ``probing.strategies``. A confidant talks as someone who knows: one chat conversation (the
+    first chat strategy listed; a pretext means nothing from someone who knows), and, with
+    ``delegation_to_confidants``, the owner's draft to them."""
+    p = cfg.probing
+    if not authorised:
+        return list(p.strategies)
+    chat = [x for x in p.strategies if x in CHAT_STRATEGIES][:1]
+    return chat + ([DRAFTING] if DRAFTING in p.strategies and p.delegation_to_confidants else [])
+
+
+TASKS = ("email", "catch-up message", "note for a meeting")
+"""What an owner asks their assistant to draft (``probing/owner.j2`` says each in words)."""
+
+
+def _setup(ds: Dataset, secret: Secret, person: str, at: dt.datetime, strategy: str, rng: random.Random) -> str:
+    """What code gives the prober beyond the topic (``Probe.setup``), drawn with its own ``rng``
+    so that the plan's other draws do not move: a pretext cites a confidant (a person id: one
+    who may know the secret then, neither the owner nor the asker), or, with none, "" (the
+    asker's own tie to the owner); a delegation asks for one of ``TASKS``."""
+    if strategy == "pretext":
+        told = [q for q in sorted(ds.view.people) if q not in (secret.owner, person)
+                and may_know(secret, ds.view, q, at)]
+        return rng.choice(told) if told else ""
+    return rng.choice(TASKS) if strategy == DRAFTING else ""
+
+
+def cells(cfg: RunConfig, strategy: str | None = None, skipped: dict[str, int] | None = None) -> list[tuple[str, str, str]]:
     """(prompt, defence, target label) for each probe of one audience and strategy: prompt,
-    then defence, then target, each target under its own prompts and defences. Without
-    ``targets`` (or with rag targets only) this is ``probing.prompts`` x ``probing.defences``
-    x ``models.assistant``, in that order, as before targets existed: the same probes, ids
-    and order."""
+    then defence, then target, each target under its own prompts, defences and strategies
+    (``strategy`` None: any). Without ``targets`` (or with rag targets only) this is
+    ``probing.prompts`` x ``probing.defences`` x ``models.assistant``, in that order, as
+    before targets existed: the same probes, ids and order. A delegation cell of a target
+    that cannot draft is left out, and counted in ``skipped`` by label."""
     planned = cfg.planned_targets()
     prompts = list(dict.fromkeys(x for t in planned for x in t.prompts))
     defences = list(dict.fromkeys(x for t in planned for x in t.defences))
-    return [(prompt, defence, t.label) for prompt in prompts for defence in defences for t in planned
-            if prompt in t.prompts and defence in t.defences]
+    out = []
+    for prompt in prompts:
+        for defence in defences:
+            for t in planned:
+                if prompt not in t.prompts or defence not in t.defences or \
+                        (strategy is not None and strategy not in t.strategies):
+                    continue
+                if strategy == DRAFTING and not t.drafts:
+                    if skipped is not None:
+                        skipped[t.label] = skipped.get(t.label, 0) + 1
+                    continue
+                out.append((prompt, defence, t.label))
+    return out
 
 
 def plan_table(rows: list[Probe]):
@@ -152,6 +204,7 @@ def clean_prober(text: str) -> str:
 
 
 PROBER_REDRAFTS = 2  # re-asks of an outsider's message that asserts the secret
+DRAFT_ROUNDS = 2  # a delegation: the owner's request, then one revision
 
 
 @dataclass
@@ -170,39 +223,54 @@ class Runner:
                          redraft: str = "") -> list[dict[str, str]]:
         view = self.ds.view
         day = probe.at.date()
-        me = {"name": view.name(probe.audience), **dict.fromkeys(("age", "occupation", "employer", "location",
-                                                                      "texting_style"), ""),
-              **view.attributes_at(probe.audience, day)}
+        speaker = probe.owner if probe.strategy == DRAFTING else probe.audience
+        me = {"name": view.name(speaker), **dict.fromkeys(("age", "occupation", "employer", "location",
+                                                               "texting_style"), ""),
+              **view.attributes_at(speaker, day)}
+        # An outsider knows the topic only, and so does the owner's request: it must not name the secret.
+        topic = audit.second_person(secret.topic or f"something {view.name(probe.owner).split()[0]} keeps private",
+                                    view.name(probe.owner))
+        if probe.strategy == DRAFTING:
+            text = prompts.render("probing", "owner", me=me, reader=view.name(probe.audience),
+                                  relation=view.relation(probe.owner, probe.audience, day).words, date=day.isoformat(),
+                                  task=probe.setup, topic=topic, history=history, redraft=redraft)
+            return [{"role": "user", "content": text}]
         # One user message holding the transcript: small models follow this more reliably than
         # a role-flipped chat, and repeat neither their instructions nor a placeholder opener.
         text = prompts.render("probing", "prober", me=me, owner_name=view.name(probe.owner),
                               relation=view.relation(probe.audience, probe.owner, day).words, date=day.isoformat(),
                               strategy=probe.strategy, authorised=probe.authorised,
-                              secret=secret.content if probe.authorised else "",  # an outsider knows the topic only
-                              topic=audit.second_person(secret.topic or f"something {view.name(probe.owner).split()[0]} "
-                                                        "keeps private", view.name(probe.owner)),
-                              max_rounds=self.max_rounds, history=history, redraft=redraft)
+                              secret=secret.content if probe.authorised else "",
+                              cited=view.name(probe.setup) if probe.strategy == "pretext" and probe.setup else "",
+                              topic=topic, max_rounds=self.max_rounds, history=history, redraft=redraft)
         return [{"role": "user", "content": text}]
 
     async def _asserted(self, probe: Probe, secret: Secret, owner_name: str, said: str) -> list[int]:
         """The core components an outsider's message asserts, read by the judge's matcher
-        (``Panel.asserted``); a confidant may say what they know."""
+        (``Panel.asserted``); a confidant may say what they know. The owner's request for a
+        draft is read as an outsider's is: it must leave the secret to the assistant."""
         guard = getattr(self.check, "asserted", None)
-        if probe.authorised or guard is None or not said:
+        drafting = probe.strategy == DRAFTING
+        if (probe.authorised and not drafting) or guard is None or not said:
             return []
-        return await guard(secret.core_components, owner_name, said, self.ds.view.name(probe.audience))
+        return await guard(secret.core_components, owner_name, said,
+                           self.ds.view.name(probe.owner if drafting else probe.audience))
 
     async def run(self, probe: Probe) -> Conversation:
         """Talk until a leak (or a share, for a confidant), or ``max_rounds``."""
         t0 = time.perf_counter()
         secret = self.ds.secret_by_id[probe.secret_id]
         target = self.targets[probe.target](probe.owner, probe.prompt, probe.defence)
-        owner_name, prober_name = self.ds.view.name(probe.owner), self.ds.view.name(probe.audience)
+        drafting = probe.strategy == DRAFTING
+        owner_name = self.ds.view.name(probe.owner)
+        prober_name = owner_name if drafting else self.ds.view.name(probe.audience)
+        # A draft is asked of the assistant by its owner, for the audience person to read.
+        asker, reader = (probe.owner, {"reader": probe.audience}) if drafting else (probe.audience, {})
         history: list[tuple[str, str]] = []
         turns: list[ProbeTurn] = []
         ended = "max_rounds"
         seed = int(probe.id[:8], 16)
-        for rnd in range(1, self.max_rounds + 1):
+        for rnd in range(1, (min(self.max_rounds, DRAFT_ROUNDS) if drafting else self.max_rounds) + 1):
             out = await self.prober.acomplete(self._prober_messages(probe, secret, history), seed=seed + rnd)
             said = clean_prober(out.text)
             asserted, redrafts = await self._asserted(probe, secret, owner_name, said), 0
@@ -225,7 +293,7 @@ class Runner:
             conversation.append({"role": "user", "content": said})
             said_turn = {"round": rnd, "prober": said, "prober_asserted": asserted, "prober_redrafts": redrafts}
             try:
-                turn = await target.reply(probe.audience, conversation, probe.at, seed=seed + 100 + rnd)
+                turn = await target.reply(asker, conversation, probe.at, seed=seed + 100 + rnd, **reader)
             except TargetError as exc:  # after the target's own retries: unscored, and a rerun tries again
                 turns.append(ProbeTurn(**said_turn, retrieved=None, reply="", reply_unparsed=False,
                                        check=_not_judged(secret, f"target failed: {exc}")))
@@ -246,9 +314,9 @@ class Runner:
                 ended = "shared" if probe.authorised else "leak"
                 break
         return Conversation(id=probe.id, secret_id=probe.secret_id, owner=probe.owner, audience=probe.audience,
-                            authorised=probe.authorised, strategy=probe.strategy, prompt=probe.prompt,
-                            defence=probe.defence, target=probe.target, at=probe.at, turns=turns, ended=ended,
-                            seconds=round(time.perf_counter() - t0, 2))
+                            authorised=probe.authorised, strategy=probe.strategy, setup=probe.setup,
+                            prompt=probe.prompt, defence=probe.defence, target=probe.target, at=probe.at, turns=turns,
+                            ended=ended, seconds=round(time.perf_counter() - t0, 2))
 
 
 def _redraft(said: str, owner_name: str, asserted: list[int], history: list[tuple[str, str]],
@@ -301,7 +369,8 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
     from pbench.llm import run_sync
 
     run_dir = Path(run_dir)
-    rows = plan(ds, cfg)
+    skipped: dict[str, int] = {}
+    rows = plan(ds, cfg, skipped)
     store.atomic_write_text(run_dir / "probe_plan.csv", plan_table(rows).to_csv(index=False))
     runner = Runner(ds, prober, targets, check, cfg.probing.max_rounds)
     models = [prober, *(m for make in targets.values() for m in getattr(make, "models", ()))]
@@ -348,16 +417,21 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
     seconds = time.perf_counter() - t0
     store.sort_jsonl(run_dir / "conversations.jsonl", [r.id for r in rows], last_wins=True)
     report = _report(rows, load_conversations(run_dir), ds, targets, check, resumed=len(done), ran=counts["finished"],
-                     errors=errors, seconds=seconds)
+                     errors=errors, seconds=seconds, skipped=skipped)
     store.write_json(run_dir / "probing.json", report)
     return report
 
 
 def _report(rows: list[Probe], convs: list[Conversation], ds: Dataset, targets: Mapping[str, Factory], check: Any, *,
-            resumed: int, ran: int, errors: list[str], seconds: float) -> dict[str, Any]:
-    """Stage 04's report, ``probing.json``: what was planned, run, resumed and how each conversation ended."""
+            resumed: int, ran: int, errors: list[str], seconds: float,
+            skipped: dict[str, int] | None = None) -> dict[str, Any]:
+    """Stage 04's report, ``probing.json``: what was planned, run, resumed and how each conversation
+    ended, per strategy too, and the delegation probes not planned because their target cannot draft."""
     return {
         "planned": len(rows), "secrets_probed": len({r.secret_id for r in rows}),
+        "by_strategy": {k: sum(r.strategy == k for r in rows) for k in dict.fromkeys(r.strategy for r in rows)},
+        "delegation_skipped": {label: f"{n} delegation probes: the target cannot draft" for label, n in
+                               sorted((skipped or {}).items())},
         "secrets_not_carried": not_carried(ds), "resumed": resumed, "ran": ran,
         "errors": sorted(errors),
         "conversations": len(convs), "turns": sum(len(c.turns) for c in convs),
@@ -410,16 +484,31 @@ def transcript(ds: Dataset, conv: Conversation) -> str:
     """A conversation as text, with what each turn retrieved and the check's verdict."""
     v = ds.view
     secret = ds.secret_by_id[conv.secret_id]
-    head = (f"{conv.id}: {v.name(conv.audience)} ({'confidant' if conv.authorised else 'may not know'}) talks to "
-            f"{v.name(conv.owner)}'s assistant; {conv.strategy}, {conv.prompt}, {conv.defence}, {conv.target}; "
+    head = (f"{conv.id}: {who(v, conv)}; {conv.strategy}, {conv.prompt}, {conv.defence}, {conv.target}; "
             f"ended: {conv.ended}\nsecret: {secret.content}\n")
     lines = [head]
+    speaker = conv.owner if conv.strategy == DRAFTING else conv.audience
     for t in conv.turns:
-        lines.append(f"[{t.round}] {v.name(conv.audience).split()[0]}: {t.prober}")
+        lines.append(f"[{t.round}] {v.name(speaker).split()[0]}: {t.prober}")
         lines.append(f"    assistant ({v.name(conv.owner).split()[0]}): {t.reply}")
         used = "(the target does not say)" if t.retrieved is None else ", ".join(t.retrieved)
         lines.append(f"    retrieved: {used}; check: {', '.join(t.check.components)}")
     return "\n".join(lines)
+
+
+def who(view: Any, conv: Conversation) -> str:
+    """Who talks to whose assistant, in words: "Ann Lee (may not know) talks to Bo Chan's
+    assistant"; a pretext adds whom it cites, a delegation reads "Bo Chan asks their assistant
+    for an email to Ann Lee (may not know)"."""
+    knows = "confidant" if conv.authorised else "may not know"
+    if conv.strategy == DRAFTING:
+        task = conv.setup or "draft"
+        return (f"{view.name(conv.owner)} asks their assistant for {'an' if task[0] in 'aeiou' else 'a'} {task} to "
+                f"{view.name(conv.audience)} ({knows})")
+    said = ""
+    if conv.strategy == "pretext":
+        said = f", citing {view.name(conv.setup)}" if conv.setup else ", claiming their own tie"
+    return f"{view.name(conv.audience)} ({knows}{said}) talks to {view.name(conv.owner)}'s assistant"
 
 
 def running_leaks(convs: list[Conversation]):
@@ -435,9 +524,10 @@ def summary(convs: list[Conversation]):
     """Conversations and how they ended, by audience, target, prompt and defence."""
     import pandas as pd
 
-    df = pd.DataFrame([{"target": c.target, "prompt": c.prompt, "defence": c.defence, "audience": "confidant" if c.authorised else
-                        "may not know", "ended": c.ended, "rounds": len(c.turns)} for c in convs])
+    df = pd.DataFrame([{"strategy": c.strategy, "target": c.target, "prompt": c.prompt, "defence": c.defence,
+                        "audience": "confidant" if c.authorised else "may not know", "ended": c.ended,
+                        "rounds": len(c.turns)} for c in convs])
     if df.empty:
         return df
-    return df.pivot_table(index=["audience", "target", "prompt", "defence"], columns="ended", values="rounds",
-                          aggfunc="count", fill_value=0)
+    return df.pivot_table(index=["audience", "strategy", "target", "prompt", "defence"], columns="ended",
+                          values="rounds", aggfunc="count", fill_value=0)

@@ -361,11 +361,13 @@ class Assistant:
         return self.index.search(self.owner, self.query(conversation), self.top_k, self.defence, talker, at)
 
     def messages(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                 docs: list[Retrieved]) -> list[dict[str, str]]:
+                 docs: list[Retrieved], reader: str | None = None) -> list[dict[str, str]]:
         """Step 2: system prompt (variant + persona + retrieved documents) and the conversation.
 
         ``conversation`` holds the other person's messages as ``user`` and the assistant's as
-        ``assistant``.
+        ``assistant``. With ``reader``, the owner (``talker``) asks for a draft that ``reader``
+        will read: the drafting prompt of the same variant (``draft_<prompt>``), in which the
+        assistant writes for its owner to send.
         """
         day = at.date()
         owner = {"name": self.view.name(self.owner), "persona": self.view.people[self.owner].persona,
@@ -376,15 +378,25 @@ class Assistant:
             others = [self.view.name(p) for p in d.meta["participants"] if p != self.owner and p in self.view.people]
             when = dt.datetime.fromtimestamp(d.meta["timestamp"], dt.timezone.utc).date().isoformat()
             shown.append({"kind": d.meta["kind"].replace("_", " "), "when": when, "with": ", ".join(others), "text": d.text})
-        system = prompts.render("rag", self.prompt, owner=owner, date=day.isoformat(), documents=shown,
-                                talker={"name": self.view.name(talker), "relation": self.view.relation(self.owner, talker, day).words})
+        if reader is not None:
+            system = prompts.render("rag", f"draft_{self.prompt}", owner=owner, date=day.isoformat(), documents=shown,
+                                    reader={"name": self.view.name(reader),
+                                            "relation": self.view.relation(self.owner, reader, day).words})
+        else:
+            system = prompts.render("rag", self.prompt, owner=owner, date=day.isoformat(), documents=shown,
+                                    talker={"name": self.view.name(talker),
+                                            "relation": self.view.relation(self.owner, talker, day).words})
         return [{"role": "system", "content": system}, *conversation]
 
-    async def reply(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime, seed: int | None = None) -> Turn:
+    async def reply(self, talker: str, conversation: list[dict[str, str]], at: dt.datetime, seed: int | None = None,
+                    reader: str | None = None) -> Turn:
         """One turn: retrieve, assemble, generate (step 3). Retrieval runs off the event loop,
-        its query encoded together with other conversations' (``embeddings.aembed``)."""
-        _, docs = await asearch(self.index, self.owner, self.query(conversation), self.top_k, self.defence, talker, at)
-        msgs = self.messages(talker, conversation, at, docs)
+        its query encoded together with other conversations' (``embeddings.aembed``). With
+        ``reader`` the turn is a draft for the owner to send to ``reader``: the defence
+        filters for the reader, who will see it, not for the owner, who may see everything."""
+        _, docs = await asearch(self.index, self.owner, self.query(conversation), self.top_k, self.defence,
+                                reader or talker, at)
+        msgs = self.messages(talker, conversation, at, docs, reader)
         out = await self.model.acomplete(msgs, seed=seed)
         return Turn(out.text.strip(), [d.id for d in docs], msgs, out.unparsed)
 

@@ -17,6 +17,11 @@ The HTTP contract (version 1; JSON in and out, UTF-8):
   reply to the last ``user`` message (the asker's). Answer ``{"reply": str}``, and where the
   service can say, ``"used": [document id, ...]``: the documents it drew on, for the
   inappropriate retrieval rate (without ``used`` the target's IRR is n/a).
+- A draft (the ``delegation`` strategy), sent only to a service whose target entry says
+  ``drafts: true``: the same request with ``"reader": id``. The asker is then the owner, who
+  asks their assistant for a draft to send to ``reader``; answer with the draft as the
+  ``reply``, written for the owner to send, saying only what ``reader`` may read. A service
+  without ``drafts: true`` is never asked, and its delegation probes are counted as skipped.
 
 A timeout, a closed connection, a 5xx answer or an answer that breaks the contract (not
 JSON, no ``reply`` string, ``used`` not a list of ids) is retried, after 0.5 s, 1 s, ...; a
@@ -149,9 +154,10 @@ class HttpTarget:
         """Nothing here: ``HttpService.prepare`` ingests every owner once, before probing."""
 
     async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                    seed: int | None = None) -> Turn:
+                    seed: int | None = None, reader: str | None = None) -> Turn:
+        drafting = {} if reader is None else {"reader": reader}
         return await self.service.post("reply", {"owner": self.owner, "asker": asker, "at": at.isoformat(),
-                                                 "conversation": conversation, "seed": seed})
+                                                 "conversation": conversation, "seed": seed, **drafting})
 
 
 # --------------------------------------------------------------------------- python
@@ -161,7 +167,8 @@ class HttpTarget:
 class PythonTargets:
     """A ``module:Class`` target: ``Class(owner)`` once per owner, ``ingest`` at prepare, then
     ``reply`` (a coroutine or a plain method) returning a ``Turn``, a string or the http
-    answer's dict."""
+    answer's dict. A class with ``drafts = True`` drafts too: its ``reply`` is then also
+    called with ``reader=`` (``pbench.targets.Target.reply``)."""
 
     label: str
     cls: type
@@ -201,9 +208,11 @@ class PythonTarget:
         """Nothing here: ``PythonTargets.prepare`` made and fed it."""
 
     async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                    seed: int | None = None) -> Turn:
+                    seed: int | None = None, reader: str | None = None) -> Turn:
+        drafting = {} if reader is None else {"reader": reader}
+
         async def attempt() -> Turn:
-            out = self.inner.reply(asker, conversation, at, seed=seed)
+            out = self.inner.reply(asker, conversation, at, seed=seed, **drafting)
             return parse_reply(await out if inspect.isawaitable(out) else out)
 
         return await _with_retries(self.label, "reply", attempt, self.targets.retries, (Exception,))

@@ -197,14 +197,18 @@ class ProbeTurn(Record):
 
 
 class Conversation(Record):
-    """One probe (section 4.1): who talks to whose assistant about which secret, and every turn."""
+    """One probe (section 4.1): who talks to whose assistant about which secret, and every turn.
+    In a ``delegation`` probe the owner talks to their own assistant, and ``audience`` is who
+    will read the draft."""
 
     id: str
     secret_id: str
     owner: str
     audience: str
     authorised: bool
-    strategy: Literal["direct", "indirect"]
+    strategy: Literal["direct", "indirect", "pretext", "delegation"]
+    setup: str = Field("", description="what code gave the prober beyond the topic: the standing a pretext claims "
+                                       "(a confidant's name, or the asker's own tie), the task a delegation asks for")
     prompt: Literal["baseline", "privacy_aware", "none", "own"] = Field(
         description="the target's system prompt; 'none' for a target that has none (extractive), 'own' for one "
                     "with its own instructions (http, python)")

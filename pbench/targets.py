@@ -51,9 +51,14 @@ class Target(Protocol):
         (``deployed``: text, participants, group, kind, time; no ground truth)."""
 
     async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                    seed: int | None = None) -> Turn:
+                    seed: int | None = None, reader: str | None = None) -> Turn:
         """Reply to the last message of ``conversation`` (``user``: the asker, ``assistant``:
         this target) from ``asker`` at ``at``.
+
+        ``reader`` (the ``delegation`` strategy; only for a target that drafts): the asker is
+        the owner, who asks for a draft to send to ``reader``; the reply is the draft, written
+        for the owner, and what it may say is what ``reader`` may read. A target that cannot
+        draft is never asked (``pbench.config.can_draft``).
 
         Returns:
             The reply, the ids of the documents it used (empty where it cannot say), and
@@ -103,8 +108,8 @@ class RagTarget:
         reads it."""
 
     async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                    seed: int | None = None) -> Turn:
-        return await self.assistant.reply(asker, conversation, at, seed=seed)
+                    seed: int | None = None, reader: str | None = None) -> Turn:
+        return await self.assistant.reply(asker, conversation, at, seed=seed, reader=reader)
 
 
 @dataclass
@@ -139,12 +144,13 @@ class ExtractiveTarget:
         """Nothing to do: it reads stage 03's index (``rag.build``)."""
 
     async def reply(self, asker: str, conversation: list[dict[str, str]], at: dt.datetime,
-                    seed: int | None = None) -> Turn:
-        """Retrieve as ``rag.Assistant`` does, then ``select``; no model call (``seed`` unused)."""
+                    seed: int | None = None, reader: str | None = None) -> Turn:
+        """Retrieve as ``rag.Assistant`` does, then ``select``; no model call (``seed`` unused).
+        A draft for ``reader`` is the same quotation, retrieved under the defence for the reader."""
         from pbench import embeddings
 
         q = rag.query(conversation, self.history_for_query)
-        vector, docs = await rag.asearch(self.index, self.owner, q, self.top_k, self.defence, asker, at)
+        vector, docs = await rag.asearch(self.index, self.owner, q, self.top_k, self.defence, reader or asker, at)
         pieces = [(d, i, s) for d in docs for i, s in enumerate(self.sentences(d.text))]
         if not pieces:  # the defence left nothing: saying so is a reply, not a failure
             return Turn(NOTHING, [d.id for d in docs], [{"role": "user", "content": q}])

@@ -22,6 +22,8 @@ from pbench.config.loading import FILE_FIELDS, load, parse, verify_model_files
 from pbench.config.models import CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelList, Models, ModelSpec, Price
 from pbench.config.runconfig import RunConfig
 from pbench.config.sections import (
+    CHAT_STRATEGIES,
+    DRAFTING,
     Community,
     Defence,
     FaultKind,
@@ -47,6 +49,7 @@ from pbench.config.targets import (
     PythonTargetSpec,
     RagTargetSpec,
     TargetSpec,
+    can_draft,
     check_targets,
     import_entry,
     label_of,
@@ -58,9 +61,9 @@ __all__ = [
     "FILE_FIELDS", "load", "parse", "verify_model_files",
     "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
     "RunConfig",
-    "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
+    "CHAT_STRATEGIES", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
     "PromptVariant", "Strategy", "Validation",
     "NO_PROMPT", "OWN_PROMPT", "START_DIR", "TARGET_KINDS", "ExtractiveTargetSpec", "HttpTargetSpec",
-    "MemoryTargetSpec", "PlannedTarget", "PythonTargetSpec", "RagTargetSpec", "TargetSpec", "check_targets",
+    "MemoryTargetSpec", "PlannedTarget", "PythonTargetSpec", "RagTargetSpec", "TargetSpec", "can_draft", "check_targets",
     "import_entry", "label_of", "plan_targets",
 ]

@@ -60,7 +60,13 @@ class Footprint(Strict):
         2, description="regenerations of a sharing document whose secret components are missing")
 
 
-Strategy = Literal["direct", "indirect"]
+Strategy = Literal["direct", "indirect", "pretext", "delegation"]
+CHAT_STRATEGIES = ("direct", "indirect")
+"""The paper's strategies (section 4.1): an outsider chatting, asking directly or steering
+indirectly. ``pretext`` is an outsider who claims standing (a confidant's name, or their own
+tie to the owner); ``delegation`` is the owner asking their own assistant for a draft to
+someone (docs/04_probing.md)."""
+DRAFTING = "delegation"
 PromptVariant = Literal["baseline", "privacy_aware"]
 Defence = Literal["none", "audience_filter", "sensitivity_filter"]
 
@@ -69,7 +75,13 @@ class Probing(Strict):
     """Sections 4.1 and 5.3."""
 
     max_rounds: Annotated[int, Field(ge=1, le=50)] = 10
-    strategies: Annotated[list[Strategy], Field(min_length=1)] = ["direct", "indirect"]
+    strategies: Annotated[list[Strategy], Field(min_length=1)] = Field(
+        ["direct", "indirect"], description="direct, indirect (the paper's), pretext (an outsider who claims standing), "
+                                            "delegation (the owner asks for a draft to someone); a target's own "
+                                            "strategies may narrow them")
+    delegation_to_confidants: bool = Field(
+        True, description="delegation: also drafts to confidants (scored for the task, not for over-secrecy); "
+                          "false: only to people who may not know")
     prompts: Annotated[list[PromptVariant], Field(min_length=1)] = ["baseline", "privacy_aware"]
     defences: Annotated[list[Defence], Field(min_length=1)] = ["none"]
     unauthorised_per_secret: Annotated[int, Field(ge=0)] = 1

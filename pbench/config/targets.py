@@ -11,14 +11,22 @@ from pydantic import Field, field_validator
 
 from pbench.config.base import Strict
 from pbench.config.models import ModelSpec
-from pbench.config.sections import Defence, Probing, PromptVariant
+from pbench.config.sections import DRAFTING, Defence, Probing, PromptVariant, Strategy
 
 
 NO_PROMPT = "none"
 """The prompt a target without a system prompt is planned under (the extractive target)."""
 
 
-class RagTargetSpec(Strict):
+class _Probed(Strict):
+    """What every target kind takes: the strategies it is probed with."""
+
+    strategies: Annotated[list[Strategy], Field(min_length=1)] | None = Field(
+        None, description="the strategies it is probed with; default: probing.strategies (delegation left out, "
+                          "and counted, for a target that cannot draft)")
+
+
+class RagTargetSpec(_Probed):
     """Today's RAG assistant (stage 03's index, an ``assistant`` model, a system prompt and a
     defence), once per ``probing.prompts`` and ``probing.defences``."""
 
@@ -26,7 +34,7 @@ class RagTargetSpec(Strict):
     model: str = Field("all", description="the label of a models.assistant entry; all: one target per entry")
 
 
-class ExtractiveTargetSpec(Strict):
+class ExtractiveTargetSpec(_Probed):
     """No generator: the retrieved sentences closest to the conversation, up to a word budget
     fixed in advance (the "generator removed" ablation). It has no system prompt."""
 
@@ -36,7 +44,7 @@ class ExtractiveTargetSpec(Strict):
         None, description="the defences it is probed under; default: probing.defences")
 
 
-class MemoryTargetSpec(Strict):
+class MemoryTargetSpec(_Probed):
     """A memory-layer assistant: memories extracted from the footprint by its model, retrieved
     in place of raw documents, answered by the same model (``pbench.memory``)."""
 
@@ -49,7 +57,7 @@ class MemoryTargetSpec(Strict):
         None, description="the defences it is probed under (on each memory's source document); default: probing.defences")
 
 
-class HttpTargetSpec(Strict):
+class HttpTargetSpec(_Probed):
     """An assistant running as a service, behind the JSON contract of ``pbench.remote``
     (POST <url>/ingest, POST <url>/reply)."""
 
@@ -60,9 +68,11 @@ class HttpTargetSpec(Strict):
     retries: Annotated[int, Field(ge=0, le=10)] = Field(
         2, description="retries of a failed request (timeout, 5xx, non-JSON, closed connection); then the "
                        "conversation is unscored with reason target_failed")
+    drafts: bool = Field(False, description="the service drafts for its owner: it reads the reply request's "
+                                            "reader field (pbench.remote); false: its delegation probes are skipped")
 
 
-class PythonTargetSpec(Strict):
+class PythonTargetSpec(_Probed):
     """An assistant in Python: ``module:Class`` implementing ``pbench.targets.Target``, made
     with ``Class(owner)`` once per owner."""
 
@@ -112,6 +122,17 @@ def import_entry(entry: str) -> type:
     return found
 
 
+def can_draft(t: Any) -> bool:
+    """Whether a target spec's system drafts for its owner (the ``delegation`` strategy): our
+    own kinds do; an http service says so with ``drafts: true``; a python class with a class
+    attribute ``drafts = True`` (its ``reply`` then takes ``reader``)."""
+    if t.kind == "http":
+        return t.drafts
+    if t.kind == "python":
+        return bool(getattr(import_entry(t.entry), "drafts", False))
+    return True
+
+
 TargetSpec = Annotated[RagTargetSpec | ExtractiveTargetSpec | MemoryTargetSpec | HttpTargetSpec | PythonTargetSpec,
                        Field(discriminator="kind")]
 TARGET_KINDS = ("rag", "extractive", "memory", "http", "python")
@@ -132,6 +153,8 @@ class PlannedTarget:
     model: ModelSpec | None = None
     budget_words: int | None = None
     spec: Any = None
+    strategies: tuple[str, ...] = ("direct", "indirect")
+    drafts: bool = True
 
 
 def label_of(t: Any) -> str:
@@ -148,6 +171,10 @@ def check_targets(targets: list[Any], labels: list[str]) -> None:
     """
     seen: set[str] = set()
     for i, t in enumerate(targets):
+        if t.strategies and DRAFTING in t.strategies and not can_draft(t):
+            raise ValueError(f"item {i}: strategy delegation needs a target that drafts for its owner; "
+                             + ("set drafts: true once the service reads the reply request's reader field"
+                                if t.kind == "http" else "its class has no drafts = True (pbench.targets.Target)"))
         if t.kind in ("rag", "memory") and t.model not in ("all", None) and t.model not in labels:
             raise ValueError(f"item {i}: model {t.model!r} is not the label of a models.assistant entry "
                              f"({', '.join(labels)}{', or all' if t.kind == 'rag' else ''})")
@@ -168,16 +195,17 @@ def plan_targets(targets: list[Any] | None, probing: Probing, assistants: list[M
     specs = targets or [RagTargetSpec(kind="rag")]
     out = []
     for t in specs:
+        how = {"strategies": tuple(t.strategies or p.strategies), "drafts": can_draft(t)}
         if isinstance(t, RagTargetSpec):
-            out += [PlannedTarget(m.label, "rag", tuple(p.prompts), tuple(p.defences), model=m)
+            out += [PlannedTarget(m.label, "rag", tuple(p.prompts), tuple(p.defences), model=m, **how)
                     for m in assistants if t.model in ("all", m.label)]
         elif isinstance(t, ExtractiveTargetSpec):
             out.append(PlannedTarget("extractive", "extractive", (NO_PROMPT,), tuple(t.defences or p.defences),
-                                     budget_words=t.budget_words, spec=t))
+                                     budget_words=t.budget_words, spec=t, **how))
         elif isinstance(t, MemoryTargetSpec):
             model = next(m for m in assistants if t.model in (None, m.label))
             out.append(PlannedTarget(label_of(t), "memory", tuple(t.prompts or p.prompts),
-                                     tuple(t.defences or p.defences), model=model, spec=t))
+                                     tuple(t.defences or p.defences), model=model, spec=t, **how))
         else:  # http, python: their own instructions, no defence of ours
-            out.append(PlannedTarget(t.label, t.kind, (OWN_PROMPT,), ("none",), spec=t))
+            out.append(PlannedTarget(t.label, t.kind, (OWN_PROMPT,), ("none",), spec=t, **how))
     return out

@@ -52,13 +52,18 @@ from pbench.metrics.intervals import (
 )
 from pbench.metrics.rates import (
     BREAKDOWNS,
+    BY_STRATEGY,
     CLUSTERS,
     METRICS,
+    SCOPES,
+    SURFACES,
     Cluster,
     all_tables,
     counts,
     first_leak_rounds,
     rate,
+    scoped,
+    surface,
     table,
     units,
 )
@@ -67,6 +72,6 @@ __all__ = [
     "ALPHA", "EXACT_LIMIT", "PERMUTATIONS", "difference", "permutation_test", "secret_rates", "simulate_null",
     "cell", "draw_rates", "empty", "level_name", "spread", "wide",
     "BOOTSTRAP", "cluster_draws", "clustered_interval", "effective_n", "proportion_and_effective_n", "wilson",
-    "BREAKDOWNS", "CLUSTERS", "METRICS", "Cluster", "all_tables", "counts", "first_leak_rounds", "rate", "table",
-    "units",
+    "BREAKDOWNS", "BY_STRATEGY", "CLUSTERS", "METRICS", "SCOPES", "SURFACES", "Cluster", "all_tables", "counts",
+    "first_leak_rounds", "rate", "scoped", "surface", "table", "units",
 ]
