@@ -1,6 +1,7 @@
 """A PrivacyBench http target in 30 lines: an assistant that quotes the sentence of its owner's
 footprint sharing the most words with the question, from documents the asker may see
-(public ones, or ones they took part in). Run: python examples/http_target.py 8765"""
+(public ones, or ones they took part in); asked for a draft (``reader``), from documents its reader
+may see. Run: python examples/http_target.py 8765 (its target entry: drafts: true)"""
 import json
 import re
 import sys
@@ -17,8 +18,8 @@ class Handler(BaseHTTPRequestHandler):
             FOOTPRINTS[body["owner"]] = body["documents"]
             answer = {"ok": True}
         else:  # /reply
-            asked = words(body["conversation"][-1]["content"])
-            seen = [d for d in FOOTPRINTS[body["owner"]] if d["public"] or body["asker"] in d["participants"]]
+            asked, reader = words(body["conversation"][-1]["content"]), body.get("reader") or body["asker"]
+            seen = [d for d in FOOTPRINTS[body["owner"]] if d["public"] or reader in d["participants"]]
             best = max(((len(asked & words(s)), s, d["id"]) for d in seen for s in re.split(r"(?<=[.!?])\s+", d["text"])),
                        default=(0, "I can't help with that.", None))
             answer = {"reply": best[1], "used": [best[2]] if best[2] else []}

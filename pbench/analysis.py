@@ -66,6 +66,60 @@ def defence_table(long):
     return metrics.wide(part).droplevel("by")
 
 
+def surface_table(long):
+    """Every strategy (the paper's two, pretext and delegation) under each target, prompt and
+    defence it ran: LR, revealed share, IRR and PC as value [interval] (count/n), with LR
+    corrected for the judge's error where the long table has it (``metrics.BY_STRATEGY``,
+    scope ``all``); empty when the run probed only the paper's chat."""
+    part = long[long["by"] == "+".join(metrics.BY_STRATEGY)]
+    if part.empty:
+        return part
+    part = part[part["metric"].isin(SURFACE_METRICS)]
+    df = metrics.wide(part).droplevel("by")[[m for m in SURFACE_METRICS if m in set(part["metric"])]]
+    if "corrected" in part:
+        lr = part[part["metric"] == "LR"].set_index("stratum")
+        df.insert(1, "LR corrected", [correction.cell(lr.loc[k]) for k in df.index])
+    df.index = df.index.str.split("/", expand=True).set_names(list(metrics.BY_STRATEGY))
+    return df
+
+
+SURFACE_METRICS = ("LR", "revealed_share", "IRR", "PC")
+
+
+def draw_surfaces(long, path: Path | None = None):
+    """LR by strategy, one bar per target, prompt and defence, with 95% intervals: where the
+    paper's chat, a pretext and a delegated draft differ for the same assistant."""
+    import matplotlib.pyplot as plt
+
+    from pbench.figures import save
+
+    part = long[(long["by"] == "+".join(metrics.BY_STRATEGY)) & (long["metric"] == "LR")]
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    strategies = [s for s in metrics.SURFACES if s in set(part["strategy"])]
+    cells = sorted({(t, p, d) for t, p, d in zip(part["target"], part["prompt"], part["defence"], strict=True)})
+    width = 0.8 / max(1, len(cells))
+    for j, (target, prompt, defence) in enumerate(cells):
+        for i, strategy in enumerate(strategies):
+            r = part[(part["strategy"] == strategy) & (part["target"] == target) & (part["prompt"] == prompt)
+                     & (part["defence"] == defence)]
+            x = i + (j - (len(cells) - 1) / 2) * width
+            if r.empty or r["n"].iloc[0] == 0:
+                ax.text(x, 1, "no cases" if r.empty else metrics.empty(r.iloc[0]), rotation=90, ha="center",
+                        va="bottom", fontsize=6, color="grey")
+                continue
+            v, lo, hi = (100 * r[c].iloc[0] for c in ("value", "lo", "hi"))
+            ax.bar(x, max(v, 0.8), width, color=f"C{j}",
+                   label=f"{target}, {metrics.level_name('prompt', prompt)}, {defence.replace('_', ' ')}" if i == 0 else None)
+            ax.errorbar(x, v, yerr=[[v - lo], [hi - v]], color="black", capsize=2, lw=1)
+            ax.text(x, hi + 1.5, f"{r['count'].iloc[0]:.0f}/{r['n'].iloc[0]:.0f}", ha="center", fontsize=6)
+    ax.set_xticks(range(len(strategies)), strategies)
+    ax.set_ylabel("leakage rate, % (95% interval)")
+    ax.set_ylim(0, 110)
+    ax.set_title("leakage by attack surface (bars at 0% drawn thin; count/n above each)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    return save(fig, path)
+
+
 def write_table(df, folder: Path, name: str) -> None:
     """``name`` as CSV, LaTeX and Markdown under ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -316,7 +370,7 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
             if not (Path(d) / file).exists():
                 raise FileNotFoundError(f"{Path(d) / file}: missing; run stage 05_scoring of {d} first")
         long = pd.read_csv(Path(d) / "metrics.csv")
-        part = long[long["by"].isin(["all", "target"])].copy()
+        part = long[long["by"].isin(["all", "target", "+".join(metrics.BY_STRATEGY)])].copy()
         part.insert(0, "run", name)
         parts.append(part)
         rows[name] = store.read_jsonl(Path(d) / "judgements.jsonl")

@@ -4,8 +4,9 @@ Counts come from the parameters, by the plan's own arithmetic:
 
 - people, documents and secrets from ``community`` and ``footprint`` (range midpoints);
 - conversations from ``probing`` and ``targets`` exactly as ``probing.plan`` crosses them (a
-  confidant talks with one strategy; each target under its own prompts and defences), each at
-  most ``max_rounds`` turns long;
+  confidant talks with one strategy, and gets the owner's draft; each target under its own
+  strategies, prompts and defences), each at most ``max_rounds`` turns long (a delegation 2:
+  the request and one revision);
 - model calls per stage and role from what each stage asks per unit of work (stage 01: one
   request per person and two for the community; stage 02: a request per ``docs_per_call``
   mundane documents and one per telling of a secret; stage 04: the prober once per turn, the
@@ -123,8 +124,8 @@ class Estimate:
         v = self.volumes
         head = (f"{self.source}: {_n(v['users'])} people, {_n(v['documents'])} documents, {_n(v['secrets'])} secrets "
                 f"({_n(v['probed_secrets'])} probed), {_n(v['conversations'])} conversations "
-                f"({_n(v['confidant_conversations'])} with a confidant), at most {_n(v['turns'])} turns "
-                f"({int(v['max_rounds'])} rounds each)")
+                f"({_n(v['confidant_conversations'])} with a confidant{_surfaces(v)}), at most {_n(v['turns'])} "
+                f"turns ({int(v['max_rounds'])} rounds each, a delegation {min(int(v['max_rounds']), 2)})")
         rows = [("stage", "role", "model", "calls", "prompt tok", "completion tok", "time", "cost")]
         for x in self.lines:
             rows.append((x.stage, x.role, x.model, _n(x.calls), _tok(x.prompt_tokens), _tok(x.completion_tokens),
@@ -145,6 +146,12 @@ class Estimate:
                          + " (set price_per_mtok: {input: .., output: ..} on its model, or --price MODEL=IN,OUT)")
         lines.extend(self.notes)
         return "\n".join(lines)
+
+
+def _surfaces(v: dict[str, float]) -> str:
+    """", 8 pretext, 8 delegation" for the conversations of the surfaces beside the chat, or ""."""
+    return "".join(f", {_n(v[f'{x}_conversations'])} {x}" for x in ("pretext", "delegation")
+                   if v.get(f"{x}_conversations"))
 
 
 def _n(x: float) -> str:
@@ -168,7 +175,8 @@ def _duration(s: float) -> str:
 
 def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, float]:
     """People, documents, secrets and conversations the parameters plan (range midpoints)."""
-    from pbench import footprint
+    from pbench import footprint, probing
+    from pbench.config import DRAFT_ROUNDS, DRAFTING
     from pbench.labelling import SECONDS_PER_CONVERSATION
 
     f, p = cfg.footprint, cfg.probing
@@ -177,19 +185,31 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     secrets = users * _mid(f.secrets_per_user)
     probed = secrets if p.secrets is None else min(secrets, p.secrets)
     planned = cfg.planned_targets()
-    cells = sum(len(t.prompts) * len(t.defences) for t in planned)
-    generating = sum(len(t.prompts) * len(t.defences) for t in planned if t.kind in GENERATING)  # a model call a turn
-    outside = sum(len(t.prompts) * len(t.defences) for t in planned if t.kind in ("http", "python"))
-    per_cell = probed * (p.unauthorised_per_secret * len(p.strategies) + p.authorised_per_secret)
-    confidants = probed * p.authorised_per_secret * cells
-    conversations = per_cell * cells
+    n = dict.fromkeys(("conversations", "confidants", "confidant_chats", "turns", "assistant_turns", "outside_turns",
+                       *(f"{x}_conversations" for x in ("pretext", "delegation"))), 0.0)
+    for t in planned:  # as probing.plan crosses them: each target under its own strategies, prompts, defences
+        for authorised, per_secret in ((False, p.unauthorised_per_secret), (True, p.authorised_per_secret)):
+            mine = [x for x in probing.strategies(cfg, authorised) if x in t.strategies and (x != DRAFTING or t.drafts)]
+            k = probed * per_secret * len(t.prompts) * len(t.defences)
+            turns = k * sum(min(p.max_rounds, DRAFT_ROUNDS) if x == DRAFTING else p.max_rounds for x in mine)
+            n["conversations"] += k * len(mine)
+            n["confidants"] += k * len(mine) * authorised
+            n["confidant_chats"] += k * len([x for x in mine if x != DRAFTING]) * authorised  # asked shared or withheld
+            n["turns"] += turns
+            n["assistant_turns"] += turns * (t.kind in GENERATING)  # a model call a turn
+            n["outside_turns"] += turns * (t.kind in ("http", "python"))
+            for x in ("pretext", "delegation"):
+                n[f"{x}_conversations"] += k * mine.count(x)
+    conversations = n["conversations"]
     labelled = min(cfg.validation.human_sample, conversations)
     documents = users * mundane + secrets * TELLINGS_PER_SECRET
     return {"users": users, "mundane_per_user": mundane, "documents": documents,
             "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
-            "conversations": conversations, "confidant_conversations": confidants, "max_rounds": p.max_rounds,
-            "turns": conversations * p.max_rounds, "assistant_turns": per_cell * generating * p.max_rounds,
-            "outside_turns": per_cell * outside * p.max_rounds,
+            "conversations": conversations, "confidant_conversations": n["confidants"],
+            "disclosure_questions": n["confidant_chats"], "max_rounds": p.max_rounds,
+            "turns": n["turns"], "assistant_turns": n["assistant_turns"], "outside_turns": n["outside_turns"],
+            "pretext_conversations": n["pretext_conversations"],
+            "delegation_conversations": n["delegation_conversations"],
             # A memory target's model reads each document of the probed owners' footprints once
             # before probing (pbench.memory); a footprint holds about documents / users of them.
             "memory_extractions": sum(t.kind == "memory" for t in planned) * min(probed, users)
@@ -224,7 +244,8 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
         out.append(("04_probing", "judge", v["turns"] * components * judges * per_component))
     # Stage 05 also measures the panel on the dev set, to correct its rates for the judge's error.
     dev_calls = sum(len(r.exchanges()) * len(r.components or [1, 1]) * per_component + r.authorised for r in dev)
-    out.append(("05_scoring", "judge", (v["conversations"] + v["confidant_conversations"] + dev_calls) * judges))
+    out.append(("05_scoring", "judge", (v["conversations"] + v.get("disclosure_questions", v["confidant_conversations"])
+                                        + dev_calls) * judges))
     snippet_calls = cfg.validation.snippets * components * per_component
     out.append(("07_validation", "judge", snippet_calls * judges))
     return out

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pbench import audit, prompts, store
-from pbench.config import CHAT_STRATEGIES, DRAFTING, RunConfig
+from pbench.config import CHAT_STRATEGIES, DRAFT_ROUNDS, DRAFTING, RunConfig
 from pbench.footprint import Dataset, carried, may_know
 from pbench.llm import LLMError, flush_caches
 from pbench.schema import Conversation, LeakCheck, ProbeTurn, Secret, deployed
@@ -204,7 +204,6 @@ def clean_prober(text: str) -> str:
 
 
 PROBER_REDRAFTS = 2  # re-asks of an outsider's message that asserts the secret
-DRAFT_ROUNDS = 2  # a delegation: the owner's request, then one revision
 
 
 @dataclass

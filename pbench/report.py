@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pbench import analysis, audit, findings, metrics, store
+from pbench import analysis, audit, findings, metrics, probing, store
 
 def attempt(markup: str, block: bool = False) -> str:
     """Mark what describes the attempt that made the report (the code's commit, each stage's
@@ -175,11 +175,12 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
     view = ds.view
     secret = ds.secret_by_id[conv.secret_id]
     owner, who = view.name(conv.owner), view.name(conv.audience)
+    if conv.strategy == "delegation":  # the owner asks; the assistant drafts for the audience person to read
+        who, owner = owner, f"{owner}'s assistant (draft)"
     parts = [f'<details class="conv" data-id="{html.escape(conv.id)}" data-verdict="{verdict}" '
              f'data-defence="{conv.defence}" data-prompt="{conv.prompt}" data-strategy="{conv.strategy}" '
              f'data-target="{html.escape(conv.target)}">',
-             f"<summary>{html.escape(who)} ({'confidant' if conv.authorised else 'may not know'}) → "
-             f"{html.escape(owner)}'s assistant · {conv.strategy}, {conv.prompt.replace('_', ' ')}, "
+             f"<summary>{html.escape(probing.who(view, conv))} · {conv.id} · {conv.strategy}, {conv.prompt.replace('_', ' ')}, "
              f"{conv.defence.replace('_', ' ')} · {len(conv.turns)} turns <span class=\"tag {verdict}\">{verdict}</span></summary>",
              f"<p><b>Secret</b>: {html.escape(secret.content)}<br><b>Core components</b>: "
              f"{html.escape(' | '.join(secret.core_components))}</p>"]

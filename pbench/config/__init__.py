@@ -23,6 +23,7 @@ from pbench.config.models import CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelLi
 from pbench.config.runconfig import RunConfig
 from pbench.config.sections import (
     CHAT_STRATEGIES,
+    DRAFT_ROUNDS,
     DRAFTING,
     Community,
     Defence,
@@ -61,7 +62,7 @@ __all__ = [
     "FILE_FIELDS", "load", "parse", "verify_model_files",
     "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
     "RunConfig",
-    "CHAT_STRATEGIES", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
+    "CHAT_STRATEGIES", "DRAFT_ROUNDS", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
     "PromptVariant", "Strategy", "Validation",
     "NO_PROMPT", "OWN_PROMPT", "START_DIR", "TARGET_KINDS", "ExtractiveTargetSpec", "HttpTargetSpec",
     "MemoryTargetSpec", "PlannedTarget", "PythonTargetSpec", "RagTargetSpec", "TargetSpec", "can_draft", "check_targets",

@@ -37,6 +37,11 @@ class RunConfig(Strict):
         if value is None or models is None:
             return value
         check_targets(value, [m.label for m in models.assistant])
+        probing = info.data.get("probing")
+        for i, t in enumerate(value):
+            extra = [x for x in t.strategies or [] if probing is not None and x not in probing.strategies]
+            if extra:  # a target's strategies narrow the run's; the plan crosses probing.strategies only
+                raise ValueError(f"item {i}: strategy {extra[0]} is not in probing.strategies")
         return value
 
     def planned_targets(self) -> list[PlannedTarget]:

@@ -67,6 +67,8 @@ indirectly. ``pretext`` is an outsider who claims standing (a confidant's name, 
 tie to the owner); ``delegation`` is the owner asking their own assistant for a draft to
 someone (docs/04_probing.md)."""
 DRAFTING = "delegation"
+DRAFT_ROUNDS = 2
+"""A delegation's rounds at most: the owner's request, then one revision."""
 PromptVariant = Literal["baseline", "privacy_aware"]
 Defence = Literal["none", "audience_filter", "sensitivity_filter"]
 
