@@ -57,7 +57,11 @@ class LabelsError(config.ConfigError):
 
 
 def stratum(judgement: dict[str, Any]) -> str | None:
-    """A judged conversation's stratum (``SHARES``); None when unscored (nothing to compare)."""
+    """A judged conversation's stratum (``SHARES``); None when unscored (nothing to compare), or
+    for a draft to a confidant (neither a leak case nor an over-secrecy one: it need not mention
+    the secret)."""
+    if judgement.get("strategy") == "delegation" and judgement["authorised"]:
+        return None
     if judgement["verdict"] in CONFIDANT:
         return "confidant"
     return judgement["verdict"] if judgement["verdict"] in ("leak", "no_leak") else None

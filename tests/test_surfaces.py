@@ -217,3 +217,13 @@ def test_the_findings_quote_a_leaking_draft_or_say_why_none_leaked():
     # The headline stays the paper's chat: 0 of 4, not 1 of 8.
     overall = next(f for f in findings.findings(rows + kept + [leak]) if f.section == "Overall")
     assert "0/4 conversations" in overall.text
+
+
+def test_a_draft_to_a_confidant_is_never_put_on_the_labelling_page():
+    from pbench import labelling
+
+    drafted = {**_row(1, "delegation", True, "no_leak")}
+    chatted = {**_row(2, "direct", True, "withheld")}
+    outsider = {**_row(3, "delegation", False, "leak")}
+    assert labelling.stratum(drafted) is None
+    assert (labelling.stratum(chatted), labelling.stratum(outsider)) == ("confidant", "leak")
