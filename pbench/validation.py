@@ -3,7 +3,9 @@
 - The labelled dev set (``tests/data/judge_dev.jsonl``): the panel judges its ``heldout``
   split (the judge was never tuned on it) in stage 05, whose rates are corrected for the
   error measured there (``pbench.correction``); stage 07 shows the agreement of the panel and
-  of each judge with the hand labels, per category, with 95% intervals resampled by secret.
+  of each judge with the hand labels, per category and per family (chat replies, the owner's
+  drafts under ``delegation``, replies to an outsider claiming standing under ``pretext``),
+  with 95% intervals resampled by secret.
 - Appendix C.1: balanced snippets from the run, documents that carry a secret and documents
   that do not; each judge's confusion matrix, precision, recall and F1.
 - Appendix C.3: people label a sample of the run's conversations in ``label.html``
@@ -17,9 +19,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pbench import judging, store
+from pbench import correction, judging, store
 from pbench.judging import InputRow
 from pbench.labelling import LabelsError
+
+
+FAMILIES = correction.FAMILIES
+"""The kinds of dev case, each a probing strategy's attack surface: chat replies (``direct``,
+``indirect``), the owner's drafts to someone (``delegation``), replies to an outsider who
+claims standing (``pretext``)."""
 
 
 def default_dev_set() -> Path:
@@ -67,6 +75,23 @@ def dev_sample(rows: list[InputRow], n: int | None, seed: int, split: str | None
     per = max(1, n // len(by))
     picked = {r.id for cat in sorted(by) for r in rng.sample(by[cat], min(per, len(by[cat])))}
     return [r for r in rows if r.id in picked]
+
+
+def family(row: InputRow) -> str:
+    """A dev row's family (``FAMILIES``): its ``family`` field, else ``chat``."""
+    return correction.dev_family(row)
+
+
+def by_family(rows: list[InputRow], results: list[dict[str, Any]], seed: int = 0):
+    """``judging.agreement`` broken down by family (column ``family``: ``chat`` for rows
+    without one), in ``FAMILIES`` order; families the rows do not hold are left out."""
+    table = judging.agreement(rows, results, by="family", seed=seed)
+    if table.empty:
+        return table
+    table["family"] = table["family"].replace("", "chat")
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return table.sort_values(["task", "family"], key=lambda col: col.map(order) if col.name == "family" else col,
+                             kind="stable").reset_index(drop=True)
 
 
 def snippet_rows(ds: Any, n: int, seed: int) -> list[InputRow]:

@@ -109,7 +109,10 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     assert all(t.check.method.startswith("judge panel") and t.check.votes or
                (c.ended == "reply_failed" and t.check.leaked is None) for c in convs for t in c.turns)
     assert all(c.ended != "leak" or c.turns[-1].check.leaked for c in convs)
-    assert {c.strategy for c in convs if not c.authorised} == {"direct", "indirect"}
+    assert {c.strategy for c in convs if not c.authorised} == {"direct", "indirect", "pretext", "delegation"}
+    # The owner's drafts (a request, then one revision) and the outsider who cites someone who may know.
+    assert all(len(c.turns) <= 2 and c.setup in pr.TASKS for c in convs if c.strategy == "delegation")
+    assert {c.target for c in convs if c.strategy == "pretext"} == {"qwen2.5-coder-1.5b"}  # tiny: rag only
     assert set(probing["quality"]) == {"prober_assertions", "prober_third_person", "prober_self_address",
                                         "assistant_echoes", "assistant_third_person", "empty_replies"}
 
@@ -120,21 +123,28 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     assert all(bool(r["unscored_reason"]) == (r["verdict"] == "unscored") for r in rows)
     mets = pd.read_csv(out / "metrics.csv")
     overall = mets[mets["by"] == "all"].set_index("metric")
-    assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not r["authorised"] for r in rows)
+    chat = [r for r in rows if r["strategy"] in ("direct", "indirect")]  # the headline: the paper's protocol
+    assert overall.loc["LR", "conversations"] + overall.loc["LR", "unscored"] == sum(not r["authorised"] for r in chat)
+    every = mets[mets["scope"] == "all"]
+    drafts = [r for r in rows if r["strategy"] == "delegation"]
+    assert every[(every["strategy"] == "delegation") & (every["metric"] == "LR")]["n"].sum() == \
+        sum(r["verdict"] != "unscored" for r in drafts)
     assert (out / "figures" / "rates_by_defence.png").stat().st_size > 10_000
     # ... measured against the dev set's held-out split, so that LR, OSR and the catch rate are
     # also given corrected for the judge (or say why not), never silently as if it were perfect.
     judged_by = json.loads((out / "judge_error.json").read_text())["judges"]
-    assert judged_by["leak"]["source"] == "123 heldout dev cases" and judged_by["disclosure"]["tp"] + judged_by["disclosure"]["fn"] > 0
+    assert judged_by["leak"]["source"] == "153 heldout dev cases" and judged_by["disclosure"]["tp"] + judged_by["disclosure"]["fn"] > 0
     assert {"corrected", "corrected_lo", "corrected_hi", "correction"} <= set(mets.columns)
     assert overall.loc["LR", "correction"].startswith(("corrected for the judge (recall", "judge too weak"))
-    assert len((out / "validation" / "dev_verdicts.jsonl").read_text().splitlines()) == 139
+    assert len((out / "validation" / "dev_verdicts.jsonl").read_text().splitlines()) == 169
 
     # 06: tables, figures and the self-contained report, from the records alone.
     assert (out / "tables" / "table2_metrics.tex").read_text().startswith("\\begin{tabular}")
     assert (out / "report.html").stat().st_size > 50_000 and (out / "figures" / "tradeoff.png").exists()
     found = (out / "findings.md").read_text()  # the findings, built from this run's numbers
     assert "### Overall" in found and "### What cannot be concluded" in found and "The run is small" in found
+    assert "### Attack surfaces" in found and "Delegation LR" in found and "Pretext LR" in found
+    assert (out / "tables" / "strategies.csv").exists() and (out / "figures" / "surfaces.png").stat().st_size > 10_000
     assert 'id="findings"' in (out / "report.html").read_text()
     assert "as judged;" in found and "permutation test" in found
     # Every notebook ends with "What this shows", computed and displayed, never an error.
@@ -146,8 +156,8 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
 
     # 07: the dev set as stage 05's panel judged it, C.1 snippets, the labelling page.
     validation = json.loads((out / "validation.json").read_text())
-    assert validation["dev_split"] == "heldout" and validation["dev_cases"] == 139
-    assert validation["dev_agreement"]["leak"]["panel"]["scored"] == 123
+    assert validation["dev_split"] == "heldout" and validation["dev_cases"] == 169
+    assert validation["dev_agreement"]["leak"]["panel"]["scored"] == 153
     assert validation["dev_agreement"]["disclosure"]["panel"]["scored"] > 0
     assert validation["human"] is None  # nobody has labelled yet
     page = (out / "label.html").read_text()

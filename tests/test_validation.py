@@ -13,7 +13,9 @@ from tests.test_social_graph import community  # noqa: F401
 
 CATEGORIES = {"full", "paraphrase", "partial", "hint", "refusal", "unrelated", "confirmation", "negative", "denial",
               "echo", "secrecy_clause", "someone_else", "confidant",
-              "number_words", "generic", "harmless_yes", "yeah_echo"}
+              "number_words", "generic", "harmless_yes", "yeah_echo",
+              "draft_leak", "draft_partial", "draft_hint", "draft_generic", "draft_invented",
+              "pretext_leak", "pretext_confirmation", "pretext_deflect", "pretext_partial"}
 
 
 def test_dev_set_is_well_formed_and_balanced():
@@ -43,6 +45,55 @@ def test_dev_set_is_well_formed_and_balanced():
     held = validation.dev_sample(rows, n, seed=1, split="heldout")
     assert len(held) == n and {r.model_extra["split"] for r in held} == {"heldout"}
     assert {r.model_extra["category"] for r in held} == CATEGORIES
+
+
+def test_dev_set_families_are_split_by_secret_with_leaks_and_non_leaks_on_both_sides():
+    rows, _ = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
+    family_of_secret: dict[str, set[str]] = {}
+    counts: dict[tuple[str, str, str], int] = {}
+    for r in rows:
+        fam = validation.family(r)
+        assert fam in validation.FAMILIES, r.id
+        family_of_secret.setdefault(r.secret, set()).add(fam)
+        key = (fam, r.model_extra["split"], r.model_extra["label"])
+        counts[key] = counts.get(key, 0) + 1
+        if fam != "chat":  # drafts and pretexts are judged leak / no_leak, never as confidants
+            prefix = "draft_" if fam == "delegation" else "pretext_"
+            assert not r.authorised and r.model_extra["category"].startswith(prefix), r.id
+    assert all(len(f) == 1 for f in family_of_secret.values())  # a secret's rows are all of one family
+    for fam in ("delegation", "pretext"):
+        assert sum(f == {fam} for f in family_of_secret.values()) >= 6, fam
+        for split in ("tune", "heldout"):  # enough on each side to correct a rate (correction.MIN_FAMILY_CASES)
+            leaks, others = counts.get((fam, split, "leak"), 0), counts.get((fam, split, "no_leak"), 0)
+            assert leaks >= 5 and others >= 5 and leaks + others >= 10, (fam, split)
+
+
+def _results(rows, flip=()):
+    """A panel that agrees with every label but those of the rows ``flip`` names."""
+    swap = {"leak": "no_leak", "no_leak": "leak", "shared": "withheld", "withheld": "shared"}
+    return [{"verdict": swap[r.model_extra["label"]] if r.id in flip else r.model_extra["label"], "judges": {},
+             "components_revealed": []} for r in rows]
+
+
+def test_agreement_per_family_counts_each_family_apart():
+    rows, _ = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
+    held = validation.dev_sample(rows, None, 0, "heldout")
+    draft_leak = next(r.id for r in held if validation.family(r) == "delegation" and r.model_extra["label"] == "leak")
+    deflect = next(r.id for r in held if r.model_extra["category"] == "pretext_deflect")
+    table = validation.by_family(held, _results(held, {draft_leak, deflect}))
+    leak = table[(table["task"] == "leak") & (table["judge"] == "panel")].set_index("family")
+    assert list(leak.index) == ["chat", "delegation", "pretext"]  # FAMILIES order, rows without one are chat
+    n = {f: sum(validation.family(r) == f and r.model_extra["label"] in ("leak", "no_leak") for r in held)
+         for f in validation.FAMILIES}
+    assert dict(leak["cases"]) == n
+    assert leak.loc["chat", "agreement"] == 1.0 and leak.loc["chat", "missed"] == 0
+    assert (leak.loc["delegation", "missed"], leak.loc["delegation", "false_positives"]) == (1, 0)
+    assert (leak.loc["pretext", "missed"], leak.loc["pretext", "false_positives"]) == (0, 1)
+    assert leak.loc["delegation", "agree"] == n["delegation"] - 1
+    confidants = table[table["task"] == "disclosure"]
+    assert set(confidants["family"]) == {"chat"}  # confidants are chat replies only
+    only_chat = [r for r in held if validation.family(r) == "chat"]
+    assert set(validation.by_family(only_chat, _results(only_chat))["family"]) == {"chat"}
 
 
 def test_confusion_and_kappa_by_hand():
