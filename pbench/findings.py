@@ -430,6 +430,13 @@ def judges(errors: dict[str, correction.JudgeError] | None) -> list[Finding]:
         else:
             out.append(Finding(section, f"{metric} {'are' if task == 'leak' else 'is'} corrected for the {task} judge's error ({e.describe()}), "
                                         "assuming it errs on this run's replies as on those cases."))
+    for family in correction.FAMILIES:  # the leak judge measured on each kind of case apart
+        e = (errors or {}).get(f"leak:{family}")
+        if e is not None and e.cases:
+            why = correction.family_problem(e)
+            out.append(Finding(section, f"The {family} rates' own leak judge: {e.describe()}; "
+                                        + (f"they are corrected with the pooled one instead ({why})." if why else
+                                           "a rate over those conversations alone is corrected with it.")))
     if any(e.cases and not e.problem() for e in (errors or {}).values()):
         out.append(Finding(section, "Comparisons are of rates as judged: one judge reads both arms, so correcting "
                                     "both would scale a difference by the same factor and leave its test unchanged."))

@@ -227,3 +227,16 @@ def test_a_draft_to_a_confidant_is_never_put_on_the_labelling_page():
     outsider = {**_row(3, "delegation", False, "leak")}
     assert labelling.stratum(drafted) is None
     assert (labelling.stratum(chatted), labelling.stratum(outsider)) == ("confidant", "leak")
+
+
+def test_the_findings_say_which_leak_judge_corrects_each_kind_of_case():
+    from pbench import correction, findings
+
+    def error(family, n):  # n leaks caught and n non-leaks passed, over n secrets
+        cases = [(f"s{i}", True, True) for i in range(n)] + [(f"s{i}", False, False) for i in range(n)]
+        return correction.JudgeError("leak", f"{2 * n} heldout {family} dev cases", cases)
+
+    said = [f.text for f in findings.judges({"leak": error("pooled", 20), "leak:chat": error("chat", 15),
+                                             "leak:pretext": error("pretext", 3)})]
+    assert any(t.startswith("The chat rates' own leak judge") and "corrected with it" in t for t in said)
+    assert any(t.startswith("The pretext rates' own leak judge") and "pooled one instead" in t for t in said)
