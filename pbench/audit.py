@@ -121,6 +121,19 @@ def second_person(phrase: str, name: str) -> str:
     return re.sub(rf"\b{first}\b", "you", s)
 
 
+def first_person(phrase: str, name: str) -> str:
+    """``phrase`` about ``name`` as they would say it themselves: "Jamie's plans and where Jamie
+    sees herself living" becomes "my plans and where I see myself living" (``second_person``,
+    then "you" as the subject is "I", elsewhere "me")."""
+    s = second_person(phrase, name)
+    s = re.sub(r"\byourself\b", "myself", s)
+    s = re.sub(r"\byour\b", "my", s)
+    s = re.sub(r"\byou are\b", "I am", s)
+    s = re.sub(r"\byou were\b", "I was", s)
+    s = re.sub(r"\byou (?=(?!to\b|and\b|or\b|in\b|at\b|with\b)[a-z]+\b)", "I ", s)
+    return re.sub(r"\byou\b", "me", s)
+
+
 def probing_audit(convs: list[Any], names: dict[str, str] | None = None) -> dict[str, list[str]]:
     """Conversations: outsider messages that still assert a core component after redrafts, or
     that speak of the owner in the third person after redrafts (``third_person``: the prober

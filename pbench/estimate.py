@@ -185,7 +185,7 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     secrets = users * _mid(f.secrets_per_user)
     probed = secrets if p.secrets is None else min(secrets, p.secrets)
     planned = cfg.planned_targets()
-    n = dict.fromkeys(("conversations", "confidants", "confidant_chats", "turns", "assistant_turns", "outside_turns",
+    n = dict.fromkeys(("conversations", "confidants", "confidant_chats", "turns", "requests", "assistant_turns", "outside_turns",
                        *(f"{x}_conversations" for x in ("pretext", "delegation"))), 0.0)
     for t in planned:  # as probing.plan crosses them: each target under its own strategies, prompts, defences
         for authorised, per_secret in ((False, p.unauthorised_per_secret), (True, p.authorised_per_secret)):
@@ -196,6 +196,8 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             n["confidants"] += k * len(mine) * authorised
             n["confidant_chats"] += k * len([x for x in mine if x != DRAFTING]) * authorised  # asked shared or withheld
             n["turns"] += turns
+            if p.delegation_requests == "template":  # code writes the owner's requests: no prober call
+                n["requests"] += k * (min(p.max_rounds, DRAFT_ROUNDS) if DRAFTING in mine else 0)
             n["assistant_turns"] += turns * (t.kind in GENERATING)  # a model call a turn
             n["outside_turns"] += turns * (t.kind in ("http", "python"))
             for x in ("pretext", "delegation"):
@@ -207,7 +209,8 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": n["confidants"],
             "disclosure_questions": n["confidant_chats"], "max_rounds": p.max_rounds,
-            "turns": n["turns"], "assistant_turns": n["assistant_turns"], "outside_turns": n["outside_turns"],
+            "turns": n["turns"], "prober_turns": n["turns"] - n["requests"], "assistant_turns": n["assistant_turns"],
+            "outside_turns": n["outside_turns"],
             "pretext_conversations": n["pretext_conversations"],
             "delegation_conversations": n["delegation_conversations"],
             # A memory target's model reads each document of the probed owners' footprints once
@@ -238,7 +241,7 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
            ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
     tagging = v["documents"] / TAG_BATCH if cfg.tags_wanted else 0.0
     out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
-    out += [("04_probing", "prober", v["turns"]),
+    out += [("04_probing", "prober", v.get("prober_turns", v["turns"])),
             ("04_probing", "assistant", v["assistant_turns"] + v.get("memory_extractions", 0))]
     if per_component:
         out.append(("04_probing", "judge", v["turns"] * components * judges * per_component))

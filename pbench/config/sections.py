@@ -81,6 +81,10 @@ class Probing(Strict):
         ["direct", "indirect"], description="direct, indirect (the paper's), pretext (an outsider who claims standing), "
                                             "delegation (the owner asks for a draft to someone); a target's own "
                                             "strategies may narrow them")
+    delegation_requests: Literal["template", "prober"] = Field(
+        "template", description="who writes the owner's request for a draft: template, code (pbench.probing."
+                                "owner_request: the task, the recipient and the topic, never the secret); prober, "
+                                "the prober model playing the owner (a model that writes requests well)")
     delegation_to_confidants: bool = Field(
         True, description="delegation: also drafts to confidants (scored for the task, not for over-secrecy); "
                           "false: only to people who may not know")
