@@ -281,6 +281,8 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
              mundane_per_user=(len(ds.documents) - sum(len(s.sharing) for s in ds.secrets)) / observed["users"],
              probed_secrets=len({c.secret_id for c in convs}), conversations=len(convs),
              confidant_conversations=sum(c.authorised for c in convs), turns=sum(len(c.turns) for c in convs),
+             prober_turns=sum(len(c.turns) for c in convs if not (c.strategy == "delegation"
+                                                                   and cfg.probing.delegation_requests == "template")),
              assistant_turns=sum(len(c.turns) for c in convs if c.target in generating))
     expected = {(s, r): n for s, r, n in arithmetic(cfg, v, dev_rows(cfg), components)}
     turns = [(i + 1) for c in convs for i in range(len(c.turns))]
