@@ -109,7 +109,8 @@ def draw_surfaces(long, path: Path | None = None):
                 continue
             v, lo, hi = (100 * r[c].iloc[0] for c in ("value", "lo", "hi"))
             ax.bar(x, max(v, 0.8), width, color=f"C{j}",
-                   label=f"{target}, {metrics.level_name('prompt', prompt)}, {defence.replace('_', ' ')}" if i == 0 else None)
+                   label=f"{target if prompt == 'none' else target + ', ' + metrics.level_name('prompt', prompt)}"
+                         f"{' (no generator)' if prompt == 'none' else ''}, {defence.replace('_', ' ')}" if i == 0 else None)
             ax.errorbar(x, v, yerr=[[v - lo], [hi - v]], color="black", capsize=2, lw=1)
             ax.text(x, hi + 1.5, f"{r['count'].iloc[0]:.0f}/{r['n'].iloc[0]:.0f}", ha="center", fontsize=6)
     ax.set_xticks(range(len(strategies)), strategies)

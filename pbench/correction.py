@@ -164,8 +164,7 @@ def from_labels(task: str, source: str, labelled: list[tuple[str, str, str]]) ->
 def family_of(record: dict[str, Any]) -> str:
     """A judgement record's kind of case (``FAMILIES``): its strategy when that is
     ``delegation`` or ``pretext``, else ``chat``."""
-    strategy = record.get("strategy")
-    return strategy if strategy in FAMILIES[1:] else "chat"
+    return metrics.surface(record)
 
 
 def dev_family(row: Any) -> str:
