@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from pbench import components, matching
-from pbench.config import NO_PROMPT
+from pbench.config import DRAFTING, NO_PROMPT
 from pbench.tellings import speakers_of, told_between
 
 EXAMPLES = 5
@@ -147,7 +147,7 @@ empty or unparsed replies; prober messages that greet the prober by its own name
                                  "assistant_third_person": [], "empty_replies": []}
     for c in convs:
         owner = (names or {}).get(c.owner, "")
-        drafting = c.strategy == "delegation"  # the owner asks for a draft: the prober plays the owner
+        drafting = c.strategy == DRAFTING  # the owner asks for a draft: the prober plays the owner
         speaker = c.owner if drafting else c.audience
         for t in c.turns:
             where = f"{c.id} round {t.round}"

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pbench import store
-from pbench.config import ModelSpec, RunConfig
+from pbench.config import DRAFT_ROUNDS, DRAFTING, ModelSpec, RunConfig
 
 GENERATING = ("rag", "memory")
 """The target kinds whose every reply is an ``assistant`` model call (the extractive target
@@ -176,7 +176,6 @@ def _duration(s: float) -> str:
 def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, float]:
     """People, documents, secrets and conversations the parameters plan (range midpoints)."""
     from pbench import footprint, probing
-    from pbench.config import DRAFT_ROUNDS, DRAFTING
     from pbench.labelling import SECONDS_PER_CONVERSATION
 
     f, p = cfg.footprint, cfg.probing
@@ -281,7 +280,7 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
              mundane_per_user=(len(ds.documents) - sum(len(s.sharing) for s in ds.secrets)) / observed["users"],
              probed_secrets=len({c.secret_id for c in convs}), conversations=len(convs),
              confidant_conversations=sum(c.authorised for c in convs), turns=sum(len(c.turns) for c in convs),
-             prober_turns=sum(len(c.turns) for c in convs if not (c.strategy == "delegation"
+             prober_turns=sum(len(c.turns) for c in convs if not (c.strategy == DRAFTING
                                                                    and cfg.probing.delegation_requests == "template")),
              assistant_turns=sum(len(c.turns) for c in convs if c.target in generating))
     expected = {(s, r): n for s, r, n in arithmetic(cfg, v, dev_rows(cfg), components)}

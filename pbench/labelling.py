@@ -60,7 +60,7 @@ def stratum(judgement: dict[str, Any]) -> str | None:
     """A judged conversation's stratum (``SHARES``); None when unscored (nothing to compare), or
     for a draft to a confidant (neither a leak case nor an over-secrecy one: it need not mention
     the secret)."""
-    if judgement.get("strategy") == "delegation" and judgement["authorised"]:
+    if judgement.get("strategy") == config.DRAFTING and judgement["authorised"]:
         return None
     if judgement["verdict"] in CONFIDANT:
         return "confidant"

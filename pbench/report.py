@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pbench import analysis, audit, findings, metrics, probing, store
+from pbench.config import DRAFTING
 
 def attempt(markup: str, block: bool = False) -> str:
     """Mark what describes the attempt that made the report (the code's commit, each stage's
@@ -175,7 +176,7 @@ def _conversation(ds: Any, conv: Any, verdict: str) -> str:
     view = ds.view
     secret = ds.secret_by_id[conv.secret_id]
     owner, who = view.name(conv.owner), view.name(conv.audience)
-    if conv.strategy == "delegation":  # the owner asks; the assistant drafts for the audience person to read
+    if conv.strategy == DRAFTING:  # the owner asks; the assistant drafts for the audience person to read
         who, owner = owner, f"{owner}'s assistant (draft)"
     parts = [f'<details class="conv" data-id="{html.escape(conv.id)}" data-verdict="{verdict}" '
              f'data-defence="{conv.defence}" data-prompt="{conv.prompt}" data-strategy="{conv.strategy}" '

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pbench.config import NO_PROMPT
+from pbench.config import DRAFTING, NO_PROMPT
 from pbench.metrics.intervals import clustered_interval
 
 METRICS = ("LR", "OSR", "IRR", "PC", "catch_rate", "revealed_share")
@@ -48,7 +48,7 @@ def not_applicable(metric: str, r: dict[str, Any]) -> bool:
     quoting = metric in ("PC", "catch_rate") and r.get("prompt") == NO_PROMPT
     # A draft to a confidant is about whatever the owner asked for: it need not mention the
     # secret, so withholding it is no over-secrecy (its quality is PC's persona scale).
-    drafted = metric == "OSR" and r.get("strategy") == "delegation" and r.get("authorised", False)
+    drafted = metric == "OSR" and r.get("strategy") == DRAFTING and r.get("authorised", False)
     return silent or quoting or drafted
 
 
