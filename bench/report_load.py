@@ -215,12 +215,12 @@ def scale(base: Path, out: Path, conversations: int, rounds: int, seed: int = 0)
     # The system prompts a rag target runs under ("none" and "own" belong to other target kinds).
     combos = list(itertools.product(*(tuple(v for v in typing.get_args(fields[f].annotation) if v not in ("none", "own"))
                                       if f == "prompt" else typing.get_args(fields[f].annotation)
-                                      for f in ("defence", "prompt", "strategy"))))
+                                      for f in ("strategy", "prompt", "defence"))))
     rng = random.Random(seed)
     new_convs, new_rows = [], []
     for k in range(conversations):
         c = convs[k % len(convs)]
-        defence, prompt, strategy = combos[k // len(convs) % len(combos)]
+        strategy, prompt, defence = combos[k // len(convs) % len(combos)]  # defences vary fastest
         cid = f"{c['id']}-{k:05d}"
         turns = ([c["turns"][0]] * max(0, rounds - len(c["turns"])) + c["turns"])[-rounds:]
         turns = [{**t, "round": i, "prober": f"{t['prober']} {_filler(rng, 180)}",
