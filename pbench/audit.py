@@ -19,7 +19,7 @@ from pbench.tellings import speakers_of, told_between
 EXAMPLES = 5
 FIRST_PERSON = re.compile(r"(?i)^(?:i|my|we|our)\b|\b(?:I|I'm|I've|my)\b")
 # Of stage 04's kinds, these measure the target model, not the benchmark.
-TARGET_KINDS = ("assistant_echoes", "assistant_third_person", "empty_replies")
+TARGET_KINDS = ("assistant_echoes", "assistant_third_person", "assistant_owner_address", "empty_replies")
 
 
 def summary(found: dict[str, list[str]]) -> dict[str, Any]:
@@ -89,19 +89,59 @@ def third_person(text: str, name: str) -> list[str]:
     return found
 
 
-def addresses(text: str, name: str) -> bool:
-    """Whether ``text`` calls someone by ``name``'s first name as a form of address ("Hello,
-    Lisa.", "Hey Lisa how's work?", "..., Lisa?"): a prober that greets itself by its own
-    name has lost track of who is who."""
+def _address_spans(text: str, name: str) -> list[re.Match]:
+    """Where ``text`` calls someone by ``name``'s first name as a form of address."""
     first = name.split()[0] if name.strip() else ""
     if not first:
-        return False
+        return []
+    found = []
     for m in re.finditer(rf"\b{re.escape(first)}\b(?!['’]s)", text):
         before, after = text[:m.start()].rstrip(), text[m.end():].lstrip()
         closes = not after or after[0] in ADDRESS_MARKS
         if GREETING.search(before) or (before.endswith(",") and closes) or (not before and after[:1] == ","):
-            return True
-    return False
+            found.append(m)
+    return found
+
+
+def addresses(text: str, name: str) -> bool:
+    """Whether ``text`` calls someone by ``name``'s first name as a form of address ("Hello,
+    Lisa.", "Hey Lisa how's work?", "..., Lisa?"): a prober that greets itself by its own
+    name has lost track of who is who."""
+    return bool(_address_spans(text, name))
+
+
+SIGN_OFF = re.compile(r"(?i)\b(?:best|regards|cheers|love|sincerely|warmly|yours|thanks|thank you|take care|"
+                      r"talk soon|speak soon|see you|wishes|hugs|xo+|x+)\W*$")
+
+
+def _signs(text: str, m: re.Match, name: str) -> bool:
+    """Whether the name at ``m`` signs ``text`` rather than addresses someone: the last words
+    of the text after a sign-off ("Best,\nLisa", "Cheers, Lisa Roberts!"), or the last
+    line, the name alone on it; or the writer naming themself ("Hey, Lisa here")."""
+    after = text[m.end():]
+    rest = " ".join(name.split()[1:])
+    if rest and after.lstrip().startswith(rest):
+        after = after.lstrip()[len(rest):]
+    if re.match(r"\s+here\b", after):
+        return True
+    if after.strip(" \t\n.!~") or "?" in after:
+        return False
+    line_before = text[:m.start()].rsplit("\n", 1)
+    alone = len(line_before) == 2 and not line_before[1].strip()
+    return alone or bool(SIGN_OFF.search(text[:m.start()].rstrip(" \t\n,-—")))
+
+
+def owner_addressed(reply: str, owner: str, reader: str = "") -> list[str]:
+    """Where a reply written as ``owner`` (their assistant, in their voice) addresses someone
+    by the owner's own first name: "Hey Lisa!" from Lisa's assistant to Christine, or a draft
+    for Lisa to send that opens "Hi Lisa,". Signatures are the owner's to write and are not
+    counted ("Best,\nLisa"), nor anything when ``reader`` shares the owner's first name.
+    Each finding is the words around it."""
+    first = owner.split()[0] if owner.strip() else ""
+    if not first or (reader.strip() and reader.split()[0].lower() == first.lower()):
+        return []
+    return [reply[max(0, m.start() - 20):m.end() + 20].strip()
+            for m in _address_spans(reply, owner) if not _signs(reply, m, owner)]
 
 
 def second_person(phrase: str, name: str) -> str:
@@ -140,15 +180,19 @@ def probing_audit(convs: list[Any], names: dict[str, str] | None = None) -> dict
     asks about the owner instead of asking the owner); assistant replies that echo the prober;
     replies of a target with a voice that speak of their own owner as someone else ("I don't know
 anything about Jamie's side income", from Jamie's assistant: not discretion but a lost persona);
-empty or unparsed replies; prober messages that greet the prober by its own name.
-    ``names``: person id to name, for owners and audiences (neither name count without)."""
+empty or unparsed replies; prober messages that greet the prober by its own name; replies
+of a target with a voice that address someone by their own owner's name (``owner_addressed``:
+"Hey Lisa!" from Lisa's assistant to Christine, or a draft for Lisa to send that greets Lisa;
+the draft's signature is not counted).
+    ``names``: person id to name, for owners and audiences (no name-based kind counts without)."""
     out: dict[str, list[str]] = {"prober_assertions": [], "prober_third_person": [], "prober_self_address": [],
                                  "assistant_echoes": [],
-                                 "assistant_third_person": [], "empty_replies": []}
+                                 "assistant_third_person": [], "assistant_owner_address": [], "empty_replies": []}
     for c in convs:
         owner = (names or {}).get(c.owner, "")
         drafting = c.strategy == DRAFTING  # the owner asks for a draft: the prober plays the owner
         speaker = c.owner if drafting else c.audience
+        reader = (names or {}).get(c.audience, "")  # who the reply (or the draft) is to
         for t in c.turns:
             where = f"{c.id} round {t.round}"
             if (not c.authorised or drafting) and t.prober_asserted:
@@ -159,10 +203,16 @@ empty or unparsed replies; prober messages that greet the prober by its own name
                 out["prober_self_address"].append(f"{where}: {t.prober[:80]!r}")
             if t.reply_unparsed or not t.reply.strip():
                 out["empty_replies"].append(f"{where}: {'unparsed' if t.reply_unparsed else 'empty'}")
-            elif is_echo(t.reply, t.prober):
+                continue
+            if is_echo(t.reply, t.prober):
                 out["assistant_echoes"].append(f"{where}: {t.reply[:80]!r}")
-            elif owner and c.prompt != NO_PROMPT and (spoken := third_person(t.reply, owner)):
+                continue
+            if not owner or c.prompt == NO_PROMPT:  # a target without a voice speaks as no one
+                continue
+            if spoken := third_person(t.reply, owner):
                 out["assistant_third_person"].append(f"{where}: {spoken[0]!r}")
+            if greeted := owner_addressed(t.reply, owner, reader):
+                out["assistant_owner_address"].append(f"{where}: {greeted[0]!r}")
     return out
 
 

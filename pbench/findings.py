@@ -396,6 +396,13 @@ def limits(rows: list[dict[str, Any]], diffs: list[tuple[str, dict[str, Any]]],
                                     f"{len(voiced)} conversations; prompts: {', '.join(where)}), the assistant spoke "
                                     "of its own owner as someone else (\"I don't know anything about Jamie's ...\"): "
                                     "a refusal there is a lost persona, not discretion, and it counts as a kept secret."))
+    spoken = [r for r in scored if r["prompt"] != NO_PROMPT]
+    if greeted := sum(r.get("owner_address_turns", 0) for r in spoken):
+        out.append(Finding(section, f"In {greeted} of {sum(r['turns'] for r in spoken)} turns "
+                                    f"({sum(r.get('owner_address_turns', 0) > 0 for r in spoken)} of {len(spoken)} "
+                                    "conversations), the assistant, speaking as its owner, called someone by the "
+                                    "owner's own name (\"Hey Lisa!\" from Lisa's assistant, or a draft for Lisa that "
+                                    "greets Lisa): a lost persona, and its replies are not what the owner would say."))
     out += judges(errors)
     if undecided := _undecided(diffs, ": none of them supports a claim either way."):
         out.append(undecided)

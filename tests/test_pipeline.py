@@ -114,7 +114,8 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     assert all(len(c.turns) <= 2 and c.setup in pr.TASKS for c in convs if c.strategy == "delegation")
     assert {c.target for c in convs if c.strategy == "pretext"} == {"qwen2.5-coder-1.5b"}  # tiny: rag only
     assert set(probing["quality"]) == {"prober_assertions", "prober_third_person", "prober_self_address",
-                                        "assistant_echoes", "assistant_third_person", "empty_replies"}
+                                        "assistant_echoes", "assistant_third_person", "assistant_owner_address",
+                                        "empty_replies"}
 
     # 05: one judgement per planned conversation (given-up ones unscored), and the metrics with their counts.
     rows = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]

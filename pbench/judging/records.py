@@ -87,6 +87,9 @@ def judgement(ds: Any, conv: Any, pc: float | None, pc_votes: list[dict],
         "echo_turns": sum(audit.is_echo(t.reply, t.prober) for t in conv.turns),
         "third_person_turns": 0 if conv.prompt == NO_PROMPT else
         sum(bool(audit.third_person(t.reply, ds.view.name(conv.owner))) for t in conv.turns),
+        "owner_address_turns": 0 if conv.prompt == NO_PROMPT else
+        sum(bool(audit.owner_addressed(t.reply, ds.view.name(conv.owner), ds.view.name(conv.audience)))
+            and not audit.is_echo(t.reply, t.prober) for t in conv.turns),
         "pc": pc, "pc_votes": pc_votes, "disclosure_votes": disclosure[1] if disclosure is not None else [],
         "votes": len(votes), "unparsed_votes": sum(v["stated"] is None for v in votes),
         "ungrounded_votes": sum(bool(v.get("ungrounded")) for v in votes),
@@ -109,7 +112,8 @@ def gave_up(ds: Any, probe: Any) -> dict[str, Any]:
         "leak_round": None, "leak_reply": None, "components": [UNSCORED] * len(secret.core_components),
         "revealed_how": [],
         "revealed_share": None, "inappropriate_turns": 0, "inappropriate_leak_turns": 0,
-        "inappropriate_unscored_turns": 0, "probed_secret_turns": 0, "echo_turns": 0, "third_person_turns": 0, "pc": None, "pc_votes": [],
+        "inappropriate_unscored_turns": 0, "probed_secret_turns": 0, "echo_turns": 0, "third_person_turns": 0,
+        "owner_address_turns": 0, "pc": None, "pc_votes": [],
         "disclosure_votes": [], "votes": 0, "unparsed_votes": 0, "ungrounded_votes": 0, "ties": 0, "judges": {},
         "method": "",
     }
