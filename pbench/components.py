@@ -137,8 +137,10 @@ _JOINT = re.compile(r"\s*(?:;|,\s*and\s+|,\s*but\s+|\s+and\s+(?=(?:is|are|was|we
                     r"|\s+and\s+(?-i:(?=[a-z]+(?:ed|ing)\b))|,\s*(?=(?:is|was|has|had|will|now|"
                     r"plans|she|he|they|her|his|their|and)\b)|(?<!\b(?:St|Dr|Mr|Ms))(?<!\bMrs)\.\s+)", re.IGNORECASE)
 _PREP = r"(?:in|on|at|by|during|from|to|for|after|before|over|with|into|against|since|until|near)"
-# A preposition's phrase, up to the next preposition, comma or the end: "in Lisbon", "on 3 March".
-_MODIFIER = re.compile(rf"(?:,\s*|\s+)(?P<m>{_PREP}\s+[^,;]*?)(?=\s+{_PREP}\s|\s*[,;]|\s*$)", re.IGNORECASE)
+# A preposition's phrase, up to the next preposition, comma or the end: "in Lisbon", "on 3 March",
+# "for £450,000" (a comma between digits separates thousands, not phrases).
+_MODIFIER = re.compile(rf"(?:,\s*|\s+)(?P<m>{_PREP}\s+(?:[^,;]|,(?=\d))*?)(?=\s+{_PREP}\s|\s*[,;](?!\d)|\s*$)",
+                       re.IGNORECASE)
 
 
 def facts(clause: str, owner: str) -> list[str]:

@@ -59,6 +59,9 @@ def test_a_clause_is_cut_into_its_facts_never_left_as_the_whole_secret():
     assert C.clause_split("Carlos Mendoza is taking a job at Brightwave and moving his family to Denver.",
                           "Carlos Mendoza") == ["Carlos Mendoza is taking a job at Brightwave",
                                                 "Carlos Mendoza is moving his family to Denver"]
+    # A comma between digits is an amount's, not the end of a phrase: the cut holds all of it.
+    assert C.clause_split("Leah Ortiz is selling her flat in Brixton for £450,000.", "Leah Ortiz") == [
+        "Leah Ortiz is selling her flat in Brixton", "Leah Ortiz is selling her flat for £450,000"]
     # A secret of one fact stays one component (the judge then wants all its specifics).
     assert C.clause_split("Kate Morgan is due in December.", "Kate Morgan") == ["Kate Morgan is due in December"]
     # Never more than four: the last clauses stay whole first.
