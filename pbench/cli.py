@@ -120,13 +120,10 @@ def _print_judged(dst: Any, rows: list[Any], results: list[dict[str, Any]], inva
     from pbench import judging
 
     counts = {v: sum(r["verdict"] == v for r in results) for v in ("leak", "no_leak", "shared", "withheld", "unscored")}
-    made = {m: sum(r.get("components_made") == m for r in results) for m in ("derived", "reasked", "split")}
     print(f"{dst}: {len(results)} rows judged ({', '.join(f'{k} {v}' for k, v in counts.items() if v)}); "
           f"{invalid} invalid rows skipped; {stats['calls']} judge calls "
           f"({stats['calls'] / max(1, len(results)):.2f} per row, {seconds / max(1, len(results)):.2f} s per row), "
-          f"{stats['unparsed']} unparsed replies"
-          + (f"; components derived {made['derived']}, re-asked {made['reasked']}, clause split {made['split']}"
-             if any(made.values()) else ""))
+          f"{stats['unparsed']} unparsed replies" + _components_made(results, stats))
     table = judging.agreement(rows, results)
     if len(table):
         show = ["task", "judge", "cases", "scored", "agree", "agreement", "agreement_lo", "agreement_hi",
@@ -137,6 +134,21 @@ def _print_judged(dst: Any, rows: list[Any], results: list[dict[str, Any]], inva
             cats = cats[cats["judge"] == "panel"]
             print(cats[["task", "category", "cases", "scored", "agree", "agreement", "agreement_lo", "agreement_hi",
                         "false_positives", "missed"]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+def _components_made(results: list[dict[str, Any]], stats: dict[str, int]) -> str:
+    """How the rows without components got theirs: by code's cut, or by the model where code's
+    failed its checks (derived, re-asked, or code's cut after all); rows, and distinct secrets
+    (each derived once)."""
+    how = ("code", "derived", "reasked", "split")
+    rows = {m: sum(r.get("components_made") == m for r in results) for m in how}
+    if not any(rows.values()):
+        return ""
+    model = sum(rows[m] for m in how[1:])
+    secrets = {m: stats.get(f"components_{m}", 0) for m in how}
+    return (f"; components by code {rows['code']} rows ({secrets['code']} secrets), by the model {model} rows "
+            f"({sum(secrets[m] for m in how[1:])} secrets: derived {secrets['derived']}, re-asked "
+            f"{secrets['reasked']}, code's cut after all {secrets['split']})")
 
 
 def _fit(cfg: Any, args: argparse.Namespace) -> int:

@@ -60,9 +60,11 @@ class Panel(LeakReading, Questions):
     samples: int = 0  # combined, a provider without log-probabilities: yes/no answers sampled per question
     stats: dict[str, int] = field(default_factory=lambda: {
         "calls": 0, "unparsed": 0, "ties": 0, "ungrounded": 0, "echoes": 0, "confirmed": 0,
-        "components_derived": 0, "components_reasked": 0, "components_split": 0, "sampled": 0})
+        "components_code": 0, "components_derived": 0, "components_reasked": 0, "components_split": 0,
+        "sampled": 0})
     _vectors: dict[tuple[str, ...], Any] = field(default_factory=dict, init=False, repr=False)
     _derived: dict[tuple[str, str], tuple[list[str], str]] = field(default_factory=dict, init=False, repr=False)
+    _deriving: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, repr=False)  # in flight
 
     def __post_init__(self) -> None:
         if self.method_name not in METHODS:

@@ -37,20 +37,36 @@ class Questions(Asking):
     method_name: str
     fit: dict[str, Any] | None
     _derived: dict[tuple[str, str], tuple[list[str], str]]
+    _deriving: dict[tuple[str, str], asyncio.Future]
 
     async def components_of(self, secret: str, owner: str) -> tuple[list[str], str]:
         """Core components of a secret given as text only, under ``pbench.components``'s
-        rules: the first judge proposes them, code checks them, the judge is asked once more
-        with the problems named, then the secret's clauses are taken. Returns the components
-        and how they were made (``derived``, ``reasked`` or ``split``); a secret seen before
-        in this panel's life is not asked again."""
-        if (secret, owner) in self._derived:
-            return self._derived[(secret, owner)]
-        self._derived[(secret, owner)] = out = await self._derive(secret, owner)
-        return out
+        rules. Code first: the secret's clauses (``components.clause_split``), kept when they
+        pass ``components.check`` whole (``code``). Only where they fail does the first judge
+        propose components, checked by code and asked once more with the problems named
+        (``derived``, ``reasked``); when it fails too, code's clauses that passed are taken
+        (``split``). Returns the components and how they were made. Each distinct (secret,
+        owner) is derived once in this panel's life, even when rows that share it are judged
+        at once: the others wait for the first."""
+        key = (secret, owner)
+        if key in self._derived:
+            return self._derived[key]
+        if (pending := self._deriving.get(key)) is not None:
+            return await pending
+        self._deriving[key] = pending = asyncio.ensure_future(self._derive(secret, owner))
+        try:
+            self._derived[key] = await pending
+        finally:
+            del self._deriving[key]
+        return self._derived[key]
 
     async def _derive(self, secret: str, owner: str) -> tuple[list[str], str]:
-        problems: list[str] = []
+        split = components.clause_split(secret, owner)
+        by_code, problems = components.check(split, secret, owner)
+        if by_code and not problems:
+            self.stats["components_code"] += 1
+            return by_code, "code"
+        problems = []  # the model is told its own answer's problems, not code's
         for attempt, how in ((0, "derived"), (1, "reasked")):
             out = await self._ask(self.judges[0], "components", Components, secret=secret, owner=owner,
                                   problems=problems)
@@ -62,7 +78,7 @@ class Questions(Asking):
                 self.stats[f"components_{how}"] += 1
                 return kept, how
         self.stats["components_split"] += 1
-        return components.clause_split(secret, owner), "split"
+        return by_code or split, "split"
 
     async def disclosure(self, owner: str, secret: str, turns: list[tuple[str, str]],
                          restated: bool = False) -> tuple[str, list[dict]]:
