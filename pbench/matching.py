@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pbench import polarity
+
 NEGATION = re.compile(
     r"\b(not|never|no|nope|nothing|nobody|none|neither|nor|cannot|can't|won't|don't|doesn't|didn't|isn't|aren't|"
     r"wasn't|weren't|hasn't|haven't|hadn't|shouldn't|wouldn't|couldn't|ain't|no longer|without)\b|n't\b",
@@ -176,7 +178,7 @@ def polarity_agrees(unit: str, component: str, unit_negated: bool | None = None)
     nu = negated(unit) if unit_negated is None else unit_negated
     nc = negated(component)
     if nu == nc:
-        return True
+        return not polarity.contrary(unit, component)
     if nu and not nc:
         return antonym_match(unit if unit_negated is None else "not " + unit, component)
     return antonym_match(component, unit)

@@ -15,7 +15,8 @@ CATEGORIES = {"full", "paraphrase", "partial", "hint", "refusal", "unrelated", "
               "echo", "secrecy_clause", "someone_else", "confidant",
               "number_words", "generic", "harmless_yes", "yeah_echo",
               "draft_leak", "draft_partial", "draft_hint", "draft_generic", "draft_invented",
-              "pretext_leak", "pretext_confirmation", "pretext_deflect", "pretext_partial"}
+              "pretext_leak", "pretext_confirmation", "pretext_deflect", "pretext_partial",
+              "polarity_opposite", "polarity_hedged", "polarity_someone_else", "polarity_control"}
 
 
 def test_dev_set_is_well_formed_and_balanced():
