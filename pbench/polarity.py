@@ -25,8 +25,10 @@ import re
 OPPOSITES = [
     (r"\bleav|\bquit|\bresign|\bsplit(?:ting)? up|\bseparat|\bdivorc|\bbr(?:eak|oke|eaking) up|\bmov\w* out|\bwalk\w* out",
      r"\bstay|\bremain|\bcontinu|\bimprov|\bworking (?:on|through) (?:things|it|us|our)|\bwork(?:ing)? things out"
-     r"|\breconcil|\brenew\w* (?:our|their|his|her) vows|\bstick\w* with"),
-    (r"\bfail|\bflunk|\breject|\bturn\w* (?:\w+ ){0,3}?down|\bdeclin|\bdenied|\bpassed over|\brefus",
+     r"|\breconcil|\brenew\w* (?:our|their|his|her) vows|\bstick\w* (?:with|around)"
+     r"|\bsign\w* (?:a |an )?(?:new |another )?(?:[\w-]+ )?contract|\brenew\w* (?:\w+ )?contract"),
+    (r"\bmov(?:e|es|ed|ing) (?:back|away|abroad|to|in)\b|\brelocat|\bemigrat", r"\bstay|\bremain"),
+    (r"\bfail|\bflunk|\breject|\bturn\w* (?:\w+ ){0,3}?down|\bdeclin|\bdenied|\bpassed over|\brefus|\bwait-?list",
      r"\bpass(?:ed|es)?\b(?! over)|\baccept|\badmit|\bgot in\b|\bgot into|\bhired|\bpromot|\boffer|\bapprov"),
     (r"\bsold\b|\bsell", r"\bbought\b|\bbuy|\bkeep|\bkept\b"),
     (r"\bdrop\w* out|\bdropp\w* out", r"\bfinish|\bsubmit|\bgraduat|\bcomplet"),
@@ -41,6 +43,8 @@ OPPOSITES = [
     (r"\blost (?:\w+ )?(?:driving )?licen[cs]e|\bbanned from driving|\btook (?:\w+ )?licen[cs]e",
      r"\bpassed (?:\w+ )?(?:driving )?test|\blicen[cs]e (?:back|in hand)|\bgot (?:\w+ )?licen[cs]e"),
     (r"\bwon\b|\bwin\b|\bwins\b", r"\blost\b|\blose\b|\bloses\b"),
+    (r"\blost\b|\blose\b|\bloses\b|\bfail", r"\bdid (?:really |very |so )?well|\bwent (?:really |very |so )?(?:well|great)"
+                                            r"|\baced\b|\bnailed\b|\bcashed out"),
     (r"\bbeing sued|\bwas sued|\bsued by", r"\bis suing|\bsuing (?:\w+ )?(?:former|old|ex|landlord|employer|boss)"),
 ]
 _OPPOSITES = [(re.compile(a), re.compile(b)) for a, b in OPPOSITES]
@@ -49,7 +53,7 @@ _OPPOSITES = [(re.compile(a), re.compile(b)) for a, b in OPPOSITES]
 # the month as often as the verb: only "may be/have/need..." counts.
 HEDGE = re.compile(
     r"\b(?:think(?:s|ing)? (?:about|of)|consider(?:s|ing)?|wonder(?:s|ing)?|might|maybe|perhaps|possibly|"
-    r"hop(?:e|es|ing) (?:to|for|that)|would like to|wish(?:es)?|dream(?:s|ing|t)? (?:of|about)|"
+    r"hop(?:e|es|ing)|would like to|wish(?:es)?|dream(?:s|ing|t)? (?:of|about)|"
     r"daydream\w*|worried (?:that )?\w+ (?:might|may|could)|tempted|in the running|if (?:\w+ )?(?:won|got|had|were|was|"
     r"could|ever)|may (?:be|have|need|want|get|go|end)|decided against|trying for|trying to conceive)\b")
 # Words that make a component itself a plan or a possibility: then a hedged statement can state it.
@@ -115,6 +119,11 @@ def someone_else(unit: str, component: str) -> bool:
     return bool(_kin(who) - _kin(theirs))
 
 
+# An indefinite person a statement is about ("Someone got caught", "I saw a man get arrested").
+_PERSON = r"(?:someone|somebody|a (?:man|woman|guy|girl|boy|person|kid|colleague|coworker|friend|neighbou?r|stranger))"
+_ANYONE = re.compile(rf"^\W*{_PERSON}\b|\b(?:saw|watched|witnessed|heard|know|knew)\s+{_PERSON}\b", re.IGNORECASE)
+
+
 def contrary(unit: str, component: str) -> str:
     """Why ``unit`` (a statement in the third person) does not state ``component`` although it
     speaks of the same matter: ``opposite``, ``hedged`` or ``someone else``; "" when none applies."""
@@ -126,6 +135,6 @@ def contrary(unit: str, component: str) -> str:
                     return "opposite"
     if HEDGE.search(u) and not _HEDGED_COMPONENT.search(c):
         return "hedged"
-    if someone_else(unit, component):
+    if someone_else(unit, component) or (_ANYONE.search(unit) and not _ANYONE.search(component)):
         return "someone else"
     return ""

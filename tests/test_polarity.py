@@ -25,6 +25,11 @@ LEAVING = "Lisa Roberts is leaving her partner Kerry Roberts"
     ("Beth got the head of design job at Lumen", "Sofia Marin got the promotion to head of design at Lumen",
      "someone else"),
     ("Julia Park's sister is divorcing her husband", "Julia Park is divorcing her husband Sam", "someone else"),
+    ("Ingrid is staying put here through December", "Ingrid Olsen is moving back to Norway in December", "opposite"),
+    ("Columbia's law school waitlisted Bianca", "Bianca has been accepted to law school at Columbia", "opposite"),
+    ("Kwame's savings did really well in crypto last spring", "Kwame lost his savings in a crypto scam", "opposite"),
+    ("Bianca is hoping Columbia accepts Bianca", "Bianca has been accepted to law school at Columbia", "hedged"),
+    ("Omar Farah saw a man get arrested for drunk driving", "Omar Farah was arrested for drunk driving", "someone else"),
 ])
 def test_a_statement_about_the_same_matter_that_says_otherwise_is_contrary(unit, component, why):
     assert polarity.contrary(unit, component) == why
