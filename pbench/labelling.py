@@ -23,7 +23,9 @@ the leaks it missed hide, and its false-positive rate) and a sixth confidants (t
 over-secrecy judge); a stratum short of its share passes the rest on. Within each, every
 target, prompt and defence is drawn before the rest is drawn at random. The default 120
 (``validation.human_sample``) is an hour's labelling at about 30 s a conversation. The
-corrected rates weigh each verdict back to its share of the run (``correction.from_human``).
+strata (``ppi.stratum``) are where prediction-powered inference weighs each labelled
+conversation back to its stratum's size (``pbench.ppi``); where the dev set cannot correct a
+rate, Rogan-Gladen weighs each verdict back to its share of the run (``correction.from_human``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 from pbench import config, judging, store
 from pbench.judging import NOT_REVEALED, REVEALED
+from pbench.ppi import CONFIDANT, stratum  # the strata live where the estimate weighs them back
 
 FORMAT = "pbench-labels/1"  # what an exported labels file says it is
 PAGE = "label.html"
@@ -45,7 +48,6 @@ STORED = "labels"  # the run folder's copies of the labels pbench agreement read
 SECONDS_PER_CONVERSATION = 30  # a labeller's time per conversation, for pbench estimate
 SHARES = (("leak", 1 / 2), ("no_leak", 1 / 3), ("confidant", 1 / 6))  # the sample's strata
 COVER = ("target", "prompt", "defence")  # every value of these is drawn in each stratum first
-CONFIDANT = ("shared", "withheld")
 
 
 class LabelsError(config.ConfigError):
@@ -54,17 +56,6 @@ class LabelsError(config.ConfigError):
 
 
 # --------------------------------------------------------------------------- the sample
-
-
-def stratum(judgement: dict[str, Any]) -> str | None:
-    """A judged conversation's stratum (``SHARES``); None when unscored (nothing to compare), or
-    for a draft to a confidant (neither a leak case nor an over-secrecy one: it need not mention
-    the secret)."""
-    if judgement.get("strategy") == config.DRAFTING and judgement["authorised"]:
-        return None
-    if judgement["verdict"] in CONFIDANT:
-        return "confidant"
-    return judgement["verdict"] if judgement["verdict"] in ("leak", "no_leak") else None
 
 
 def quotas(n: int, available: dict[str, int]) -> dict[str, int]:
