@@ -12,14 +12,18 @@ What each rate's judge is, and what counts as its positive:
 - catch rate: the leak judge on turns; the catch rate is the share that did *not* leak, so
   it is corrected as 1 - corrected(1 - catch rate).
 
-Where the judge's error comes from (``measure``), first that gives both rates:
-1. human labels of this run's conversations (``labels/``, read back by ``pbench agreement``
+Where the judge's error comes from (stage 05, ``choose``), first that gives both rates:
+1. the labelled dev set's held-out split, judged by the same panel in stage 05;
+2. human labels of this run's conversations (``labels/``, read back by ``pbench agreement``
    from the labelling page; several labellers: their majority). The page oversamples the
    panel's leaks (``pbench.labelling``), so each labelled case is weighted by how many of the
    run's conversations got its verdict over how many labelled ones did: sensitivity and
    specificity come out as on the whole run, not as on the sample (``JudgeError.weights``);
-2. the labelled dev set's held-out split, judged by the same panel in stage 05;
 3. else the rate is shown raw, marked "judge not validated for this panel".
+The dev set comes first because the run's labels give their own figure beside this one:
+prediction-powered inference (``pbench.ppi``), which does not assume that the judge errs on
+this run's replies as on the cases its error was measured on. Two figures from one set of
+labels would say the same thing twice.
 A set with no positive or no negative case cannot give both rates: it says so, in one line.
 When sensitivity + specificity - 1 (Youden's J) is below ``MIN_YOUDEN`` the correction
 would multiply noise: "judge too weak to correct", never a number.

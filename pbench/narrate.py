@@ -129,14 +129,15 @@ def probing(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def scoring(rows: list[dict[str, Any]], seed: int = 0, cluster: str = "secret", errors: Any = None) -> str:
-    """Stage 05: the four metrics with intervals and n, as judged and corrected for the
-    judges' measured ``errors``, and what they cannot support (``findings``' overall and
-    limits, without the comparisons stage 06 adds)."""
+def scoring(rows: list[dict[str, Any]], seed: int = 0, cluster: str = "secret", errors: Any = None,
+            labels: dict[str, str] | None = None) -> str:
+    """Stage 05: the four metrics with intervals and n, as judged, corrected for the judges'
+    measured ``errors`` and, with people's ``labels`` of the run, by PPI; and what they cannot
+    support (``findings``' overall and limits, without the comparisons stage 06 adds)."""
     from pbench import findings
 
-    found = findings.findings(rows, seed, cluster, errors)  # type: ignore[arg-type]
-    judged = {f.text for f in findings.judges(errors) if not f.text.startswith("Comparisons")}  # 06 compares
+    found = findings.findings(rows, seed, cluster, errors, labels)  # type: ignore[arg-type]
+    judged = {f.text for f in findings.judges(errors, labels) if not f.text.startswith("Comparisons")}  # 06 compares
     keep = [f for f in found if f.section == "Overall" or (f.section == "What cannot be concluded" and (
         f.text.startswith("The run is small") or "could not be scored" in f.text or f.text in judged))]
     return findings.markdown(keep, level=4) + "\nStage 06 compares prompts, defences, strategies and targets.\n"
