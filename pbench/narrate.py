@@ -123,7 +123,7 @@ def probing(report: dict[str, Any]) -> str:
     quality = report.get("quality", {})
     target = {k: quality.get(k, 0) for k in TARGET_KINDS}
     lines.append(f"- {_audit(quality, TARGET_KINDS)} The target model's own echoes, replies that speak "
-                 "of their owner as someone else, and empty replies: "
+                 "of their owner as someone else or call someone by the owner's own name, and empty replies: "
                  + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in target.items()) + ".")
     lines.append("- The leak counts here are the judges' turn-by-turn decisions; stage 05 gives the rates with intervals.")
     return "\n".join(lines)

@@ -134,7 +134,7 @@ def test_judge_error_from_dev_verdicts_and_back_through_json():
     verdicts[0] = {"verdict": "unscored"}
     got = correction.from_dev(rows, verdicts, "heldout")
     assert got["leak"].sensitivity == 1.0 and got["leak"].specificity == 1.0
-    assert got["leak"].unscored == 1 and got["leak"].source == "153 heldout dev cases"
+    assert got["leak"].unscored == 1 and got["leak"].source == "193 heldout dev cases"
     assert got["disclosure"].counts() == (8, 0, 8, 0)
     back = correction.JudgeError.from_json(got["leak"].to_json())
     assert back.counts() == got["leak"].counts() and back.source == got["leak"].source

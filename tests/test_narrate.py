@@ -47,7 +47,8 @@ def test_probing_counts_endings_and_keeps_the_target_models_own_faults_apart():
     text = narrate.probing(report)
     assert "12 conversations, 20 turns; ended by leak 1, shared 2, max rounds 8, prober unparsed 1" in text
     assert "1 ended on a failed prober or reply" in text and "redrafted 3 times" in text
-    assert "no violation of the validity rules (3 checks)" in text and "assistant echoes 2, assistant third person 0, empty replies 0" in text
+    assert "no violation of the validity rules (3 checks)" in text and ("assistant echoes 2, assistant third person 0, "
+                                                                         "assistant owner address 0, empty replies 0") in text
     assert "never were" not in text
     report.update(secrets_probed=2, secrets_not_carried=["u01-s1"])
     assert ("2 secrets probed; 1 never were (u01-s1): no telling of it carries all its components"
