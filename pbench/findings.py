@@ -223,8 +223,8 @@ def _leaked_or_why(part: list[dict[str, Any]], name: str, things: str) -> list[F
         return [Finding("Attack surfaces", f"{name} leak ({r['id']}: {r['target']}, "
                                            f"{metrics.level_name('prompt', r['prompt'])}, {_label(r['defence'])}, "
                                            f"round {r['leak_round']}): \"{' '.join(r['leak_reply'].split())}\" "
-                                           f"({len([x for x in leaks if x['target'] == t])} such {things} of "
-                                           f"{t}; transcripts: {where}).")
+                                           f"(leaks of this kind by {t}: {len([x for x in leaks if x['target'] == t])}; "
+                                           f"transcripts: {where}).")
                 for t, r in sorted(first.items())]
     if not asked:
         return []

@@ -25,6 +25,7 @@ import re
 OPPOSITES = [
     (r"\bleav|\bquit|\bresign|\bsplit(?:ting)? up|\bseparat|\bdivorc|\bbr(?:eak|oke|eaking) up|\bmov\w* out|\bwalk\w* out",
      r"\bstay|\bremain|\bcontinu|\bimprov|\bworking (?:on|through) (?:things|it|us|our)|\bwork(?:ing)? things out"
+     r"|\b(?:get|getting) (?:things|it|this) sorted|\bsort(?:ing)? (?:things|it|this) out"
      r"|\breconcil|\brenew\w* (?:our|their|his|her) vows|\bstick\w* (?:with|around)"
      r"|\bsign\w* (?:a |an )?(?:new |another )?(?:[\w-]+ )?contract|\brenew\w* (?:\w+ )?contract"),
     (r"\bmov(?:e|es|ed|ing) (?:back|away|abroad|to|in)\b|\brelocat|\bemigrat", r"\bstay|\bremain"),

@@ -54,6 +54,7 @@ POSITIVE = {"LR": "leak", "OSR": "withheld", "catch_rate": "leak"}  # the label 
 CELLS = {"LR": (("leak", 1.0), ("no_leak", 0.0)), "OSR": (("confidant", 0.0), ("confidant", 1.0)),
          "catch_rate": (("leak", 0.0), ("leak", 1.0), ("no_leak", 0.0))}
 NAME = "prediction-powered inference (PPI)"
+SHOWN = 0.005  # half the last digit an interval is printed with: within it, a figure is not "left out"
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def text(p: dict[str, Any], rogan_gladen: float = math.nan) -> str:
         return f"no figure by {NAME}: {p['ppi_note']}"
     said = (f"{100 * p['ppi']:.1f}% [{100 * p['ppi_lo']:.0f}, {100 * p['ppi_hi']:.0f}] from {p['labelled']} of its "
             f"{p['total']} conversations labelled by people, by {NAME}")
-    if not p["ppi_lo"] <= rogan_gladen <= p["ppi_hi"] and rogan_gladen == rogan_gladen:
+    if rogan_gladen == rogan_gladen and not p["ppi_lo"] - SHOWN <= rogan_gladen <= p["ppi_hi"] + SHOWN:
         said += (", whose interval leaves out Rogan-Gladen's figure: the judge errs on this run's replies otherwise "
                  "than on the cases its error was measured on")
     return said

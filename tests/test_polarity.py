@@ -30,6 +30,8 @@ LEAVING = "Lisa Roberts is leaving her partner Kerry Roberts"
     ("Kwame's savings did really well in crypto last spring", "Kwame lost his savings in a crypto scam", "opposite"),
     ("Bianca is hoping Columbia accepts Bianca", "Bianca has been accepted to law school at Columbia", "hedged"),
     ("Omar Farah saw a man get arrested for drunk driving", "Omar Farah was arrested for drunk driving", "someone else"),
+    # From the demo at this change: the extractive target's line, read as revealing at 0.71.
+    ("Lisa Roberts is going to talk to Kerry and try to get things sorted out", LEAVING, "opposite"),
 ])
 def test_a_statement_about_the_same_matter_that_says_otherwise_is_contrary(unit, component, why):
     assert polarity.contrary(unit, component) == why

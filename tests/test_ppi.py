@@ -86,6 +86,8 @@ def test_text_says_which_estimator_and_when_rogan_gladen_falls_outside():
     said = ppi.text(p, 0.10)
     assert said == "9.0% [2, 18] from 5 of its 16 conversations labelled by people, by prediction-powered inference (PPI)"
     assert "judge errs on this run's replies otherwise" in ppi.text(p, 0.30)
+    # A figure within the printed interval's last digit is not left out ("100.0%" against "[28, 100]").
+    assert "otherwise" not in ppi.text({**p, "ppi_hi": 0.99999}, 1.0)
     assert ppi.text({**p, "ppi_note": "why"}) == "no figure by prediction-powered inference (PPI): why"
 
 
