@@ -443,10 +443,8 @@ def specifics(component: str, owner: str) -> set[str]:
 
 
 # Who a fact is about rather than what it says: a "yes" to "Is your mum okay?" says nothing
-# about the mother's illness.
-RELATIONS = frozenset("""mother mum mom mommy mummy father dad daddy brother sister son daughter wife husband partner
-girlfriend boyfriend fiance fiancee parents parent kids kid children child family baby uncle aunt cousin grandmother
-grandfather grandma grandpa nephew niece ex""".split())
+# about the mother's illness. The close ones are ``polarity.RELATIONS``.
+RELATIONS = polarity.RELATIONS
 
 
 def stem(word: str) -> str:

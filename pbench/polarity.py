@@ -60,9 +60,12 @@ HEDGE = re.compile(
 # Words that make a component itself a plan or a possibility: then a hedged statement can state it.
 _HEDGED_COMPONENT = re.compile(HEDGE.pattern + r"|\bplan(?:s|ning|ned)?\b|\bconsidering\b|\bmay\b|\bcould\b")
 
-_RELATIONS = frozenset("""mother mum mom father dad brother sister son daughter wife husband partner girlfriend
-boyfriend fiance fiancee parents kids children child family baby uncle aunt cousin grandmother grandfather grandma
-grandpa nephew niece friend colleague coworker boss neighbour neighbor""".split())
+# A person's close ones, by the words for them (also ``matching``'s), and the other people a
+# statement may open with.
+RELATIONS = frozenset("""mother mum mom mommy mummy father dad daddy brother sister son daughter wife husband partner
+girlfriend boyfriend fiance fiancee parents parent kids kid children child family baby uncle aunt cousin grandmother
+grandfather grandma grandpa nephew niece ex""".split())
+_RELATIONS = RELATIONS | {"friend", "colleague", "coworker", "boss", "neighbour", "neighbor"}
 _DETERMINERS = frozenset("the a an my his her their our its".split())
 
 
