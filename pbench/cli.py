@@ -9,7 +9,7 @@
     pbench batch FILE...              run several parameter files (each its own run folder)
     pbench compare RUN... [--output DIR]
                                       one table, figure and findings across finished runs
-    pbench estimate FILE [--latency S] [--price MODEL=IN,OUT] [--against RUN]
+    pbench estimate FILE [--latency S] [--price MODEL=IN,OUT] [--against RUN] [--no-measure]
                                       calls, tokens, time and cost of a run, before it starts
     pbench estimate --calibrate RUN [--output FILE]
                                       per-call figures of a finished run, for the estimate
@@ -228,6 +228,22 @@ def _price(text: str) -> tuple[str, tuple[float, float]]:
     return model, (cost_in, cost_out)
 
 
+def _run_rates(run_dir: str) -> object:
+    """The machine rates a finished run measured before its stages, or, for a run from before
+    they were kept, this machine's (the run is taken to have run here)."""
+    from pathlib import Path
+
+    from pbench import estimate, store
+
+    if (store.read_json(Path(run_dir) / "manifest.json") or {}).get("machine_rates"):
+        return None  # calibrate reads them from the manifest
+    params = Path(run_dir) / "params.resolved.yaml"
+    if not params.is_file():
+        return None
+    rates = estimate.machine_rates(config.load(params))
+    return next(iter(rates.values()), None)
+
+
 def _estimate(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -235,7 +251,7 @@ def _estimate(args: argparse.Namespace) -> int:
     from pbench import estimate, store
 
     if args.calibrate:
-        data = estimate.calibrate(args.calibrate)
+        data = estimate.calibrate(args.calibrate, _run_rates(args.calibrate))
         out = Path(args.output or estimate.CALIBRATION)
         store.write_json(out, data)
         print(f"{out}: per-call figures of {data['source']} ({len(data['per'])} stage roles)")
@@ -245,7 +261,8 @@ def _estimate(args: argparse.Namespace) -> int:
         return 2
     cfg = config.load(args.file)
     cal = estimate.load_calibration(args.calibration) if args.calibration else None
-    est = estimate.estimate(cfg, Path(args.file).name, cal, args.latency, dict(args.price or []))
+    rates = estimate.machine_rates(cfg, measure_now=not args.no_measure)
+    est = estimate.estimate(cfg, Path(args.file).name, cal, args.latency, dict(args.price or []), rates)
     print(json.dumps(est.as_dict(), indent=2, default=str) if args.json else est.table())
     if args.against:
         manifest = store.read_json(Path(args.against) / "manifest.json")
@@ -335,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--calibration", help="per-call figures (default pbench/data/calibration.json)")
     e.add_argument("--against", metavar="RUN", help="compare with a finished run's manifest")
     e.add_argument("--json", action="store_true", help="the estimate as JSON")
+    e.add_argument("--no-measure", action="store_true",
+                   help="do not measure this machine's model rates (a few seconds); use kept ones or per-call figures")
     e.add_argument("--calibrate", metavar="RUN", help="measure per-call figures on a finished run instead")
     e.add_argument("--output", help="with --calibrate: where to write them (default pbench/data/calibration.json)")
     e.set_defaults(func=_estimate)

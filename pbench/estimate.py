@@ -27,14 +27,19 @@ structure that explains them: an assistant's prompt grows with the documents ret
 the conversation so far, a prober's with the conversation, stage 05's judge prompts with the
 replies they read, and stage 02's completions with the documents written.
 
-Wall time assumes each call takes ``latency_s`` and each server (``llm.Gate``) is kept full;
-stage 04 cannot go faster than its conversations' turns, one after another, allow. Local
-models take the calibration run's own seconds per call instead.
+Wall time assumes each hosted call takes ``latency_s`` and each server (``llm.Gate``) is kept
+full; stage 04 cannot go faster than its conversations' turns, one after another, allow. A
+local model's time is priced in tokens at this machine's own rates (``pbench.machine``:
+measured in a few seconds, or read from an earlier measurement on this machine): a stage's
+lower bound, ``prompt tokens / prompt rate + completion tokens / generation rate``, times
+the ratio of time to bound the calibration run showed in that stage (its overheads: notebook
+start, imports, embeddings, turns that wait on each other). Without this machine's rates, or
+with a calibration that recorded none, a local call takes the calibration run's seconds per
+call, measured on whatever machine it ran on, and the estimate says so.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -83,6 +88,7 @@ class Estimate:
     latency_s: float
     calibration: str
     notes: list[str] = field(default_factory=list)
+    machine: str = ""  # what the local seconds rest on, e.g. "on this machine (150 prompt tok/s, ...)"
 
     @property
     def calls(self) -> float:
@@ -113,7 +119,8 @@ class Estimate:
         cost = f", {_money(self.cost)}" if self.cost is not None else ""
         return (f"estimate: {_n(self.volumes['conversations'])} conversations, at most {_n(self.calls)} model calls, "
                 f"{_tok(self.prompt_tokens)} prompt + {_tok(self.completion_tokens)} completion tokens, "
-                f"about {_duration(self.seconds)}{cost} (pbench estimate for the breakdown)")
+                f"about {_duration(self.seconds)}{' ' + self.machine if self.machine else ''}{cost} "
+                f"(pbench estimate for the breakdown)")
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "calls": self.calls, "prompt_tokens": self.prompt_tokens,
@@ -139,8 +146,10 @@ class Estimate:
         lines.append("")
         lines.append("per stage, at each server's concurrency: " + ", ".join(
             f"{s} {_duration(t)}" for s, t in self.stage_seconds.items()))
-        lines.append(f"calls at most (every conversation runs all its rounds); hosted calls at {self.latency_s:g} s each; "
-                     f"tokens per call from {self.calibration}")
+        lines.append(f"calls at most (every conversation runs all its rounds); hosted calls at {self.latency_s:g} s each "
+                     f"(a figure given, not measured); tokens per call from {self.calibration}")
+        if self.machine:
+            lines.append(f"local calls' time {self.machine}")
         if self.unpriced():
             lines.append("no price for " + ", ".join(self.unpriced())
                          + " (set price_per_mtok: {input: .., output: ..} on its model, or --price MODEL=IN,OUT)")
@@ -256,9 +265,12 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
 # --------------------------------------------------------------------------- calibration
 
 
-def calibrate(run_dir: str | Path) -> dict[str, Any]:
+def calibrate(run_dir: str | Path, rates: Any = None) -> dict[str, Any]:
     """Per-call figures of a finished run: observed calls over the arithmetic's, tokens per
     call, and the structure that scales them (documents retrieved, conversation length).
+    With ``rates`` (a ``machine.Rates`` measured on the machine the run ran on), also each
+    stage's time over its lower bound at those rates (``bound_factor``), which the estimate
+    multiplies by the bound at another machine's rates.
 
     Raises:
         FileNotFoundError: the run has no manifest or parameters (run it first).
@@ -270,6 +282,10 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
     if not manifest or not (run_dir / "params.resolved.yaml").is_file():
         raise FileNotFoundError(f"{run_dir}: no manifest.json or params.resolved.yaml; calibrate on a finished run")
     cfg = config.load(run_dir / "params.resolved.yaml")
+    if rates is None and manifest.get("machine_rates"):  # what the run measured before its stages
+        from pbench import machine
+
+        rates = machine.Rates(**next(iter(manifest["machine_rates"].values())))
     ds = footprint.load_dataset(run_dir)
     convs = probing.load_conversations(run_dir)
     generating = {t.label for t in cfg.planned_targets() if t.kind in GENERATING}
@@ -294,6 +310,8 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
         wall = rec.get("seconds", 0.0)
         # A stage's roles share its wall time (on one local server they take turns): per live call of any role.
         stage_live = sum(usage(models)["live"] for models in (rec.get("llm") or {}).values())
+        live_work = [_live_tokens(models) for models in (rec.get("llm") or {}).values()]
+        bound = rates.seconds_for(sum(p for p, _ in live_work), sum(c for _, c in live_work)) if rates else 0.0
         for role, models in (rec.get("llm") or {}).items():
             u = usage(models)
             if not u["requests"]:
@@ -303,7 +321,8 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
                                       "prompt_per_call": u["prompt_tokens"] / u["requests"],
                                       "completion_per_call": u["completion_tokens"] / u["requests"],
                                       # a stage answered mostly from the cache says nothing of a call's time
-                                      "wall_seconds_per_call": wall / stage_live if u["live"] >= 0.8 * u["requests"] else None}
+                                      "wall_seconds_per_call": wall / stage_live if u["live"] >= 0.8 * u["requests"] else None,
+                                      "bound_factor": wall / bound if bound and u["live"] >= 0.8 * u["requests"] else None}
     # Structure behind the per-call means, so that other settings scale them.
     structure = {"top_k": cfg.probing.top_k, "doc_tokens": doc_tokens, "msg_tokens": msg_tokens,
                  "mean_turn": sum(turns) / max(len(turns), 1), "mean_rounds": mean_rounds,
@@ -312,7 +331,7 @@ def calibrate(run_dir: str | Path) -> dict[str, Any]:
         written = usage(manifest["stages"]["02_footprint"]["llm"]["generator"])["completion_tokens"]
         structure["completion_per_document"] = written / max(len(ds.documents), 1)
     return {"source": f"{run_dir.name} run ({manifest.get('params_file', '?')}, commit {manifest.get('git_commit', '?')})",
-            "per": per, "structure": structure, "observed": {k: v[k] for k in
+            "rates": asdict(rates) if rates else None, "per": per, "structure": structure, "observed": {k: v[k] for k in
                                                            ("users", "documents", "secrets", "conversations", "turns")}}
 
 
@@ -327,6 +346,13 @@ def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {"requests": live + total("cache_hits"), "live": live,
             "prompt_tokens": total("prompt_tokens") + total("cached_prompt_tokens"),
             "completion_tokens": total("completion_tokens") + total("cached_completion_tokens")}
+
+
+def _live_tokens(models: dict[str, dict[str, Any]]) -> tuple[float, float]:
+    """The prompt and completion tokens a role's live calls carried in one stage (cache hits
+    cost no model time)."""
+    return (sum(m.get("prompt_tokens", 0) for m in models.values()),
+            sum(m.get("completion_tokens", 0) for m in models.values()))
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
@@ -396,9 +422,16 @@ class _Costing:
         timed = [x["wall_seconds_per_call"] for x in self.per.values() if x.get("wall_seconds_per_call")]
         return own or (sum(timed) / len(timed) if timed else self.latency_s)
 
+    def bound_factor(self, stage: str, role: str) -> float | None:
+        """The calibration run's time over its lower bound in this stage, else the mean over its
+        stages; None when it recorded no rates to compute one from."""
+        own = self.per.get(f"{stage}/{role}", {}).get("bound_factor")
+        known = [x["bound_factor"] for x in self.per.values() if x.get("bound_factor")]
+        return own or (sum(known) / len(known) if known else None)
+
 
 def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | None = None, latency_s: float = 1.0,
-             prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
+             prices: dict[str, tuple[float, float]] | None = None, rates: dict[Any, Any] | None = None) -> Estimate:
     """The estimate for a run's parameters (see the module's docstring).
 
     Args:
@@ -408,11 +441,14 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
         latency_s: seconds a hosted or served call takes.
         prices: dollars per million (input, output) tokens by model label or name; they win
             over the specs' ``price_per_mtok``.
+        rates: this machine's ``machine.Rates`` by local server (``llm.server_of``); see
+            ``machine_rates``. Without them local calls take the calibration's seconds per call.
     """
     cal = calibration or load_calibration()
     v = volumes(cfg)
     dev = dev_rows(cfg)
-    lines = _lines(cfg, _Costing(cfg, cal, latency_s), v, dev, prices or {})
+    costing = _Costing(cfg, cal, latency_s)
+    lines = _lines(cfg, costing, v, dev, prices or {}, rates or {})
     stage_seconds: dict[str, float] = {}
     for line in lines:  # a stage's servers work at once: the slowest server sets its time
         by_server = stage_seconds.setdefault(line.stage, 0.0)
@@ -422,11 +458,44 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
         steps = 2 + (cfg.judging.method == "verdict")
         waves = math.ceil(v["conversations"] / cfg.probing.conversations_in_flight)
         stage_seconds["04_probing"] = max(stage_seconds["04_probing"], waves * cfg.probing.max_rounds * steps * latency_s)
-    return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), _notes(cfg, v, dev))
+    return Estimate(source, v, lines, stage_seconds, latency_s, cal.get("source", "?"), _notes(cfg, v, dev),
+                    _machine(cfg, cal, rates or {}))
+
+
+def machine_rates(cfg: RunConfig, *, measure_now: bool = True) -> dict[Any, Any]:
+    """This machine's rates for each local server the run's roles use (``pbench.machine``):
+    measured now where none were kept, a few seconds each. A model that cannot be served
+    (its file missing, say) is left out, and its calls take the calibration's seconds."""
+    from pbench import machine
+    from pbench.llm import LLMError, Roles, server_of
+
+    out: dict[Any, Any] = {}
+    for spec in Roles.specs_of(cfg):
+        if spec.provider != "local" or server_of(spec) in out:
+            continue
+        try:
+            got = machine.rates(spec, measure_now=measure_now)
+        except (LLMError, FileNotFoundError):
+            got = None
+        if got is not None:
+            out[server_of(spec)] = got
+    return out
+
+
+def _machine(cfg: RunConfig, cal: dict[str, Any], rates: dict[Any, Any]) -> str:
+    """What the local seconds rest on, as the estimate's one line says it."""
+    from pbench.llm import Roles
+
+    if not any(s.provider == "local" for s in Roles.specs_of(cfg)):
+        return ""
+    if rates and cal.get("rates"):
+        return "on this machine (" + "; ".join(r.describe() for r in rates.values()) + ")"
+    why = "no rates measured on this machine" if not rates else "the calibration recorded no rates"
+    return f"at the calibration run's seconds per call ({why})"
 
 
 def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any],
-           prices: dict[str, tuple[float, float]]) -> list[Line]:
+           prices: dict[str, tuple[float, float]], rates: dict[Any, Any]) -> list[Line]:
     """One Line per stage, role and model: calls, tokens, seconds and dollars."""
     from pbench.llm import Roles, server_of
 
@@ -445,10 +514,13 @@ def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any
                 share = calls / len(cfg.models.judge)
             n = share * factor
             p_tok, c_tok = costing.tokens(stage, role, n, spec, v["documents"])
-            seconds_per_call = costing.local_seconds(stage, role) if spec.provider == "local" else costing.latency_s
-            limit = 1 if spec.provider == "local" else gates[server_of(spec)].limit
+            seconds = n * costing.latency_s / gates[server_of(spec)].limit
+            if spec.provider == "local":  # the server's slots are in its measured rates, or in the seconds per call
+                rate, factor = rates.get(server_of(spec)), costing.bound_factor(stage, role)
+                seconds = (factor * rate.seconds_for(p_tok, c_tok) if rate is not None and factor
+                           else n * costing.local_seconds(stage, role))
             price = _price(spec, prices)
-            lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, n * seconds_per_call / limit,
+            lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, seconds,
                               None if price is None else (p_tok * price[0] + c_tok * price[1]) / 1e6))
     return lines
 

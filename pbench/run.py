@@ -261,13 +261,15 @@ def run(
     os.environ.setdefault(config_mod.START_DIR, str(Path.cwd()))  # a python target's module is found from here
     cfg = config_mod.load(params_path)
     config_mod.verify_model_files(cfg)
-    if all_stages is None:
-        _print_estimate(cfg, params_path)
     nb_dir = notebooks_dir or default_notebooks_dir()
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
     run_dir = cfg.run_dir(base or Path.cwd()).resolve()
     manifest = _open_run(cfg, params_path, run_dir)
+    # After every check of the input: measuring this machine's rates loads a model.
+    rates = _print_estimate(cfg, params_path) if all_stages is None else {}
+    if rates:  # this machine's rates, so that `pbench estimate --calibrate` on this run can use them
+        store.update_json(manifest, {"machine_rates": rates})
     results: list[StageResult] = []
     upstream: list[str] = []
     started = time.perf_counter()
@@ -304,14 +306,20 @@ def run(
     return results
 
 
-def _print_estimate(cfg: RunConfig, params_path: Path) -> None:
-    """The run's estimate, one line; it informs, so a missing calibration never stops a run."""
+def _print_estimate(cfg: RunConfig, params_path: Path) -> dict[str, Any]:
+    """The run's estimate, one line, at this machine's rates for its local models (measured in a
+    few seconds the first time, then kept); it informs, so a missing calibration never stops a
+    run. Returns the rates it used, for the manifest."""
+    from dataclasses import asdict
+
     from pbench import estimate
 
+    rates = estimate.machine_rates(cfg)
     try:
-        print(estimate.estimate(cfg, source=params_path.name).one_line(), flush=True)
+        print(estimate.estimate(cfg, source=params_path.name, rates=rates).one_line(), flush=True)
     except FileNotFoundError as exc:
         print(f"estimate: unavailable ({exc})", flush=True)
+    return {"|".join(key): asdict(r) for key, r in rates.items()}
 
 
 def _open_run(cfg: RunConfig, params_path: Path, run_dir: Path) -> Path:

@@ -141,3 +141,57 @@ def test_a_manifests_requests_count_cache_hits_and_not_transient_retries():
                      "completion_tokens": 5, "cached_prompt_tokens": 300, "cached_completion_tokens": 30}}
     u = estimate.usage(models)
     assert u == {"requests": 10 + 2 + 6, "live": 12, "prompt_tokens": 1250, "completion_tokens": 135}
+
+
+def local_like(**over):
+    return config.parse(minimal_params(**{"probing.max_rounds": 4, "validation.dev_cases": 10, **over}))
+
+
+def test_local_time_is_the_bound_at_this_machines_rates_times_the_calibration_runs_ratio():
+    from pbench import machine
+    from pbench.llm import server_of
+
+    cfg = local_like()
+    cal = {**CALIBRATION, "rates": {"prompt": 50.0, "generation": 5.0},
+           "per": {k: {**v, "bound_factor": 1.5} for k, v in CALIBRATION["per"].items()}}
+    key = server_of(cfg.models.generator)
+
+    def at(prompt, generation):
+        rates = {key: machine.Rates(prompt=prompt, generation=generation, slots=2, measured_at="t", seconds=3.0)}
+        return estimate.estimate(cfg, "t.yaml", cal, rates=rates)
+
+    here = at(100.0, 10.0)
+    for line in here.lines:
+        assert line.seconds == pytest.approx(1.5 * (line.prompt_tokens / 100.0 + line.completion_tokens / 10.0))
+    assert "on this machine (100 prompt tok/s, 10.0 generated tok/s)" in here.one_line()
+    assert at(50.0, 5.0).seconds == pytest.approx(2 * here.seconds)  # a machine half as fast takes twice as long
+    # Without this machine's rates: the calibration run's seconds per call, and the line says so.
+    blind = estimate.estimate(cfg, "t.yaml", cal)
+    assert all(line.seconds == pytest.approx(line.calls * 2.0) for line in blind.lines)
+    assert "at the calibration run's seconds per call (no rates measured on this machine)" in blind.one_line()
+    # A calibration from before rates were kept cannot turn a bound into seconds: the same fallback.
+    old = estimate.estimate(cfg, "t.yaml", CALIBRATION, rates={key: machine.Rates(100.0, 10.0, 2, "t", 3.0)})
+    assert old.seconds == pytest.approx(blind.seconds) and "the calibration recorded no rates" in old.one_line()
+    # Hosted models keep their per-call figure, and no machine is named.
+    assert "machine" not in estimate.estimate(paper_like(), "p", CALIBRATION).one_line()
+
+
+def test_rates_are_measured_once_per_machine_and_setting_and_a_damaged_file_is_measured_again(tmp_path, monkeypatch):
+    from pbench import machine
+
+    measured = []
+
+    def fake(spec):
+        measured.append(spec.n_parallel)
+        return machine.Rates(prompt=120.0, generation=12.0, slots=spec.n_parallel, measured_at="t", seconds=4.0)
+
+    monkeypatch.setattr(machine, "measure", fake)
+    path = tmp_path / "rates.json"
+    spec = config.ModelSpec(provider="local", model="qwen2.5-0.5b")
+    first = machine.rates(spec, path=path)
+    assert machine.rates(spec, path=path) == first and measured == [2]  # read back, not measured again
+    assert machine.rates(spec.model_copy(update={"n_parallel": 4}), path=path).slots == 4 and measured == [2, 4]
+    path.write_text('{"cut sho')
+    assert machine.known(spec, path) is None and machine.rates(spec, path=path, measure_now=False) is None
+    assert machine.rates(spec, path=path) == first and measured == [2, 4, 2]
+    assert machine.rates(config.ModelSpec(**HOSTED), path=path) is None and measured == [2, 4, 2]

@@ -21,3 +21,14 @@ def test_embedded_model_answers_a_schema_constrained_request(tmp_path):
     assert isinstance(c.parsed, Person) and c.parsed.name
     assert c.prompt_tokens > 0 and c.completion_tokens > 0
     assert embedded.ensure("qwen2.5-0.5b").stat().st_size == embedded.EMBEDDED["qwen2.5-0.5b"].size
+
+
+@pytest.mark.slow
+def test_this_machines_rates_are_measured_on_the_model_and_its_server_is_stopped_after():
+    from pbench import machine
+
+    spec = config.ModelSpec(provider="local", model="qwen2.5-0.5b", n_ctx=2048, n_parallel=1)
+    assert not llm.SERVERS.running(spec)
+    r = machine.measure(spec)
+    assert r.prompt > r.generation > 0 and r.slots == 1
+    assert not llm.SERVERS.running(spec)  # started for the measurement, so stopped after it

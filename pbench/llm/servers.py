@@ -25,7 +25,7 @@ class LocalServers:
 
     def url(self, spec: ModelSpec) -> tuple[str, Path]:
         """Start (once) the server for ``spec``'s model and return its base URL and model file."""
-        path = embedded.ensure(spec.model) if spec.model in embedded.EMBEDDED else Path(spec.model)
+        path = self._path(spec)
         if not path.is_file():
             raise LLMError(f"local model file {path} does not exist")
         threads = spec.n_threads or os.cpu_count() or 1
@@ -53,6 +53,19 @@ class LocalServers:
             url = server.listening_address
             self._servers[path] = (server, url, settings)
             return url, path
+
+    def _path(self, spec: ModelSpec) -> Path:
+        return embedded.ensure(spec.model) if spec.model in embedded.EMBEDDED else Path(spec.model)
+
+    def running(self, spec: ModelSpec) -> bool:
+        """Whether ``spec``'s model is served in this process now."""
+        with self._lock:
+            return self._path(spec) in self._servers
+
+    def stop(self, spec: ModelSpec) -> None:
+        """Stop the server of ``spec``'s model, if one runs (its clients must be done with it)."""
+        with self._lock:
+            self._servers.pop(self._path(spec), None)
 
     def stop_all(self) -> None:
         with self._lock:
