@@ -5,9 +5,10 @@ lower bound its token counts set (issue 40, part 1).
 
 Measures, for each slot count (``n_parallel``), with that many requests at once, as
 ``pbench.machine`` does before a run (the rates the estimate prices local calls at):
-- the prompt rate: prompts of about 600 tokens, each opened by a different nonce so that no
+- the prompt rate: prompts of about 300 tokens, each opened by a different nonce so that no
   slot's cache holds a prefix of it, answered with one token (prompt tokens / wall second);
-- the generation rate: short prompts answered with 96 tokens (generated tokens / wall second).
+- the generation rate: short prompts answered with 48 tokens (generated tokens / wall second);
+- each the best of two waves.
 
 Then reads the run's manifest (the tokens each stage's live calls to the model sent and got
 back, and the stage's seconds) and prints, per stage that called a model, its lower bound
