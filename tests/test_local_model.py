@@ -27,7 +27,8 @@ def test_embedded_model_answers_a_schema_constrained_request(tmp_path):
 def test_this_machines_rates_are_measured_on_the_model_and_its_server_is_stopped_after():
     from pbench import machine
 
-    spec = config.ModelSpec(provider="local", model="qwen2.5-0.5b", n_ctx=2048, n_parallel=1)
+    spec = config.ModelSpec(provider="local", model="smollm2-135m", n_ctx=2048, n_parallel=1)  # the fastest
+    llm.SERVERS.stop(spec)  # an earlier test may have left it served
     assert not llm.SERVERS.running(spec)
     r = machine.measure(spec)
     assert r.prompt > r.generation > 0 and r.slots == 1
