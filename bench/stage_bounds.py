@@ -26,7 +26,7 @@ import os
 import platform
 from pathlib import Path
 
-from pbench import config, machine, store
+from pbench import config, estimate, machine, store
 
 
 def rates(name: str, slots: int) -> machine.Rates:
@@ -42,10 +42,10 @@ def stage_usage(run: Path, model: str) -> list[dict[str, float]]:
     for stage, rec in manifest.get("stages", {}).items():
         prompt = completion = calls = 0
         for models in (rec.get("llm") or {}).values():
-            u = models.get(model) or {}
-            prompt += u.get("prompt_tokens", 0)
-            completion += u.get("completion_tokens", 0)
-            calls += u.get("calls", 0) - u.get("retries", 0) - u.get("give_ups", 0)
+            u = estimate.usage({model: models[model]} if model in models else {})
+            prompt += u["live_prompt_tokens"]
+            completion += u["live_completion_tokens"]
+            calls += u["live"]
         if calls:
             out.append({"stage": stage, "seconds": rec.get("seconds", 0.0), "calls": calls, "prompt": prompt,
                         "completion": completion})

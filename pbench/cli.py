@@ -228,22 +228,6 @@ def _price(text: str) -> tuple[str, tuple[float, float]]:
     return model, (cost_in, cost_out)
 
 
-def _run_rates(run_dir: str) -> object:
-    """The machine rates a finished run measured before its stages, or, for a run from before
-    they were kept, this machine's (the run is taken to have run here)."""
-    from pathlib import Path
-
-    from pbench import estimate, store
-
-    if (store.read_json(Path(run_dir) / "manifest.json") or {}).get("machine_rates"):
-        return None  # calibrate reads them from the manifest
-    params = Path(run_dir) / "params.resolved.yaml"
-    if not params.is_file():
-        return None
-    rates = estimate.machine_rates(config.load(params))
-    return next(iter(rates.values()), None)
-
-
 def _estimate(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -251,7 +235,7 @@ def _estimate(args: argparse.Namespace) -> int:
     from pbench import estimate, store
 
     if args.calibrate:
-        data = estimate.calibrate(args.calibrate, _run_rates(args.calibrate))
+        data = estimate.calibrate(args.calibrate, measure_if_missing=True)
         out = Path(args.output or estimate.CALIBRATION)
         store.write_json(out, data)
         print(f"{out}: per-call figures of {data['source']} ({len(data['per'])} stage roles)")

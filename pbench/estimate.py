@@ -265,12 +265,14 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
 # --------------------------------------------------------------------------- calibration
 
 
-def calibrate(run_dir: str | Path, rates: Any = None) -> dict[str, Any]:
+def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str, Any]:
     """Per-call figures of a finished run: observed calls over the arithmetic's, tokens per
     call, and the structure that scales them (documents retrieved, conversation length).
-    With ``rates`` (a ``machine.Rates`` measured on the machine the run ran on), also each
-    stage's time over its lower bound at those rates (``bound_factor``), which the estimate
-    multiplies by the bound at another machine's rates.
+    With the machine rates the run measured before its stages (its manifest's
+    ``machine_rates``; for a run from before they were kept and ``measure_if_missing``, this
+    machine's, the run taken to have run here), also each stage's time over its lower bound
+    at those rates (``bound_factor``), which the estimate multiplies by the bound at another
+    machine's rates.
 
     Raises:
         FileNotFoundError: the run has no manifest or parameters (run it first).
@@ -282,10 +284,12 @@ def calibrate(run_dir: str | Path, rates: Any = None) -> dict[str, Any]:
     if not manifest or not (run_dir / "params.resolved.yaml").is_file():
         raise FileNotFoundError(f"{run_dir}: no manifest.json or params.resolved.yaml; calibrate on a finished run")
     cfg = config.load(run_dir / "params.resolved.yaml")
-    if rates is None and manifest.get("machine_rates"):  # what the run measured before its stages
+    if manifest.get("machine_rates"):
         from pbench import machine
 
         rates = machine.Rates(**next(iter(manifest["machine_rates"].values())))
+    else:
+        rates = next(iter(machine_rates(cfg).values()), None) if measure_if_missing else None
     ds = footprint.load_dataset(run_dir)
     convs = probing.load_conversations(run_dir)
     generating = {t.label for t in cfg.planned_targets() if t.kind in GENERATING}
@@ -309,9 +313,10 @@ def calibrate(run_dir: str | Path, rates: Any = None) -> dict[str, Any]:
     for stage, rec in manifest.get("stages", {}).items():
         wall = rec.get("seconds", 0.0)
         # A stage's roles share its wall time (on one local server they take turns): per live call of any role.
-        stage_live = sum(usage(models)["live"] for models in (rec.get("llm") or {}).values())
-        live_work = [_live_tokens(models) for models in (rec.get("llm") or {}).values()]
-        bound = rates.seconds_for(sum(p for p, _ in live_work), sum(c for _, c in live_work)) if rates else 0.0
+        live = [usage(models) for models in (rec.get("llm") or {}).values()]
+        stage_live = sum(u["live"] for u in live)
+        bound = rates.seconds_for(sum(u["live_prompt_tokens"] for u in live),
+                                  sum(u["live_completion_tokens"] for u in live)) if rates else 0.0
         for role, models in (rec.get("llm") or {}).items():
             u = usage(models)
             if not u["requests"]:
@@ -338,21 +343,16 @@ def calibrate(run_dir: str | Path, rates: Any = None) -> dict[str, Any]:
 def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
     """A role's requests and tokens in one stage's manifest record, its models summed:
     requests answered (live or from the cache; a transient failure retried is one request),
-    live ones, and tokens including those cache hits carried when first answered."""
+    live ones, tokens including those cache hits carried when first answered, and the tokens of
+    the live calls alone (cache hits cost no model time)."""
     def total(key: str) -> float:
         return sum(m.get(key, 0) for m in models.values())
 
     live = total("calls") - total("retries") - total("give_ups")
     return {"requests": live + total("cache_hits"), "live": live,
             "prompt_tokens": total("prompt_tokens") + total("cached_prompt_tokens"),
-            "completion_tokens": total("completion_tokens") + total("cached_completion_tokens")}
-
-
-def _live_tokens(models: dict[str, dict[str, Any]]) -> tuple[float, float]:
-    """The prompt and completion tokens a role's live calls carried in one stage (cache hits
-    cost no model time)."""
-    return (sum(m.get("prompt_tokens", 0) for m in models.values()),
-            sum(m.get("completion_tokens", 0) for m in models.values()))
+            "completion_tokens": total("completion_tokens") + total("cached_completion_tokens"),
+            "live_prompt_tokens": total("prompt_tokens"), "live_completion_tokens": total("completion_tokens")}
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
@@ -516,8 +516,8 @@ def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any
             p_tok, c_tok = costing.tokens(stage, role, n, spec, v["documents"])
             seconds = n * costing.latency_s / gates[server_of(spec)].limit
             if spec.provider == "local":  # the server's slots are in its measured rates, or in the seconds per call
-                rate, factor = rates.get(server_of(spec)), costing.bound_factor(stage, role)
-                seconds = (factor * rate.seconds_for(p_tok, c_tok) if rate is not None and factor
+                rate, over = rates.get(server_of(spec)), costing.bound_factor(stage, role)
+                seconds = (over * rate.seconds_for(p_tok, c_tok) if rate is not None and over
                            else n * costing.local_seconds(stage, role))
             price = _price(spec, prices)
             lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, seconds,
