@@ -16,6 +16,10 @@ at the best measured rates, ``prompt tokens / prompt rate + generated tokens / g
 (the same work done one call after another with no overlap and no reuse of a cached prefix),
 and the ratio of the stage's seconds to it. A ratio near 1 means the stage is at the limit
 this way of working allows; reusing a conversation's prefix (prompt caching) can go below it.
+The server reports how many of each request's prompt tokens its prefix cache held
+(``reused``); the last column is the stage against the bound of the tokens it read
+(``(prompt - reused) / prompt rate + generated / generation rate``), the limit with the reuse
+the run got.
 Prints tables; writes nothing but a throwaway server state.
 """
 
@@ -40,15 +44,16 @@ def stage_usage(run: Path, model: str) -> list[dict[str, float]]:
     manifest = store.read_json(run / "manifest.json") or {}
     out = []
     for stage, rec in manifest.get("stages", {}).items():
-        prompt = completion = calls = 0
+        prompt = completion = calls = reused = 0
         for models in (rec.get("llm") or {}).values():
             u = estimate.usage({model: models[model]} if model in models else {})
             prompt += u["live_prompt_tokens"]
             completion += u["live_completion_tokens"]
+            reused += u["live_reused_prompt_tokens"]
             calls += u["live"]
         if calls:
             out.append({"stage": stage, "seconds": rec.get("seconds", 0.0), "calls": calls, "prompt": prompt,
-                        "completion": completion})
+                        "completion": completion, "reused": reused})
     return out
 
 
@@ -72,12 +77,14 @@ def main() -> None:
     print(f"\nbounds at the best rates measured ({p_best:.0f} prompt tok/s, {g_best:.1f} generated tok/s); "
           f"one stream: {one.prompt:.0f} and {one.generation:.1f}")
     print(f"{'stage':<18} {'seconds':>8} {'calls':>6} {'prompt':>8} {'generated':>10} {'bound s':>8} "
-          f"{'1-stream s':>11} {'achieved/bound':>15}")
+          f"{'1-stream s':>11} {'achieved/bound':>15} {'reused':>7} {'/read bound':>12}")
     for u in stage_usage(args.run, args.model):
         bound = u["prompt"] / p_best + u["completion"] / g_best
         single = one.seconds_for(u["prompt"], u["completion"])
+        read = (u["prompt"] - u["reused"]) / p_best + u["completion"] / g_best
         print(f"{u['stage']:<18} {u['seconds']:>8.0f} {u['calls']:>6} {u['prompt']:>8} {u['completion']:>10} "
-              f"{bound:>8.0f} {single:>11.0f} {u['seconds'] / bound:>15.2f}")
+              f"{bound:>8.0f} {single:>11.0f} {u['seconds'] / bound:>15.2f} {u['reused']:>7} "
+              f"{u['seconds'] / read:>12.2f}")
 
 
 if __name__ == "__main__":

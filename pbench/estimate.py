@@ -343,8 +343,9 @@ def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str
 def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
     """A role's requests and tokens in one stage's manifest record, its models summed:
     requests answered (live or from the cache; a transient failure retried is one request),
-    live ones, tokens including those cache hits carried when first answered, and the tokens of
-    the live calls alone (cache hits cost no model time)."""
+    live ones, tokens including those cache hits carried when first answered, the tokens of
+    the live calls alone (cache hits cost no model time), and of the live prompt tokens those
+    the server's prefix cache held, which it did not read again."""
     def total(key: str) -> float:
         return sum(m.get(key, 0) for m in models.values())
 
@@ -352,7 +353,8 @@ def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {"requests": live + total("cache_hits"), "live": live,
             "prompt_tokens": total("prompt_tokens") + total("cached_prompt_tokens"),
             "completion_tokens": total("completion_tokens") + total("cached_completion_tokens"),
-            "live_prompt_tokens": total("prompt_tokens"), "live_completion_tokens": total("completion_tokens")}
+            "live_prompt_tokens": total("prompt_tokens"), "live_completion_tokens": total("completion_tokens"),
+            "live_reused_prompt_tokens": total("reused_prompt_tokens")}
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:

@@ -136,12 +136,13 @@ def test_how_a_model_is_called_never_makes_a_stage_rerun(tmp_path):
 
 def test_a_manifests_requests_count_cache_hits_and_not_transient_retries():
     models = {"m1": {"calls": 14, "retries": 4, "give_ups": 0, "cache_hits": 0, "prompt_tokens": 900,
-                     "completion_tokens": 100},
+                     "completion_tokens": 100, "reused_prompt_tokens": 600},
               "m2": {"calls": 3, "retries": 0, "give_ups": 1, "cache_hits": 6, "prompt_tokens": 50,
                      "completion_tokens": 5, "cached_prompt_tokens": 300, "cached_completion_tokens": 30}}
     u = estimate.usage(models)
     assert u == {"requests": 10 + 2 + 6, "live": 12, "prompt_tokens": 1250, "completion_tokens": 135,
-                 "live_prompt_tokens": 950, "live_completion_tokens": 105}  # the model's own work: no cache hits
+                 "live_prompt_tokens": 950, "live_completion_tokens": 105,  # the model's own work: no cache hits
+                 "live_reused_prompt_tokens": 600}  # of which the server's prefix cache held 600
 
 
 def local_like(**over):

@@ -33,3 +33,19 @@ def test_this_machines_rates_are_measured_on_the_model_and_its_server_is_stopped
     r = machine.measure(spec)
     assert r.prompt > r.generation > 0 and r.slots == 1
     assert not llm.SERVERS.running(spec)  # started for the measurement, so stopped after it
+
+
+@pytest.mark.slow
+def test_a_turn_that_extends_a_served_prefix_is_counted_as_reused_not_read_again():
+    spec = config.ModelSpec(provider="local", model="smollm2-135m", n_ctx=2048, n_parallel=1, max_tokens=4,
+                            temperature=0.0)
+    ledger = llm.Ledger()
+    model = llm.ChatModel(spec, "prober", llm.make_backend(spec), None, seed=3, ledger=ledger)
+    first = [{"role": "system", "content": "You keep notes for a gardener. " * 30},
+             {"role": "user", "content": "What should I plant in May?"}]
+    model.complete(first)
+    model.complete([*first, {"role": "assistant", "content": "Beans."}, {"role": "user", "content": "And in June?"}])
+    u = ledger.snapshot()["prober"]["smollm2-135m"]
+    assert u["calls"] == 2 and u["prompt_tokens"] > 2 * 150
+    # The second request's prompt opens with the whole first one, which its slot still holds.
+    assert 150 < u["reused_prompt_tokens"] < u["prompt_tokens"] / 2

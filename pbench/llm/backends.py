@@ -64,6 +64,7 @@ class OpenAIBackend:
             text=resp.choices[0].message.content or "",
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            reused_tokens=getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0,
             top=_first_token_top(resp.choices[0]) if settings.get("top_logprobs") else None,
         )
 

@@ -170,7 +170,7 @@ class ChatModel:
                 self._count(calls=1, give_ups=1, seconds=time.perf_counter() - start)
                 raise refused(who, exc) from exc
             self._count(calls=1, seconds=time.perf_counter() - start, prompt_tokens=reply.prompt_tokens,
-                        completion_tokens=reply.completion_tokens)
+                        completion_tokens=reply.completion_tokens, reused_prompt_tokens=reply.reused_tokens)
             return reply
         raise AssertionError("unreachable")  # pragma: no cover
 

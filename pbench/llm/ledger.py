@@ -14,6 +14,7 @@ class RoleUsage:
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reused_prompt_tokens: int = 0  # of prompt_tokens, those the server's prefix cache held (not read again)
     seconds: float = 0.0  # wall time inside model calls
     retries: int = 0  # transient-error retries
     give_ups: int = 0  # requests that failed after all retries

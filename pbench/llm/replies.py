@@ -17,6 +17,10 @@ class RawReply:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Prompt tokens the server found in its prefix cache and did not read again (llama.cpp and
+    # OpenAI report them as usage.prompt_tokens_details.cached_tokens); a fact of the live call,
+    # never kept in the response cache.
+    reused_tokens: int = 0
     injected: bool = False  # a fault made on purpose (``FaultyBackend``): never cached as the model's answer
     # The first generated token's most likely alternatives, (token, log-probability), when the
     # request asked for them (``top_logprobs``) and the provider returns them; else None.
