@@ -65,7 +65,8 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     stack = contextlib.ExitStack()
     request.addfinalizer(stack.close)
     url, seen = stack.enter_context(key_checking_proxy(upstream, CANARY))
-    data["models"]["prober"] = {**{k: v for k, v in local.items() if k != "provider"}, "provider": "openai",
+    data["models"]["prober"] = {**{k: v for k, v in local.items() if k not in ("provider", *config.LOCAL_ONLY)},
+                                "provider": "openai",
                                 "base_url": url, "api_key_env": "PBENCH_CANARY_KEY", "max_concurrency": 2}
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump(data))
