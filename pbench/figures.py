@@ -5,13 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pbench import world as worlds
+
 
 def save(fig: Any, path: Path | None, rect: tuple[float, float, float, float] | None = None) -> Any:
     """Lay out ``fig`` (within ``rect``, leaving room for a figure legend) and write it as
     ``<path>.png`` and ``<path>.pdf`` (nothing when ``path`` is None); return it."""
     fig.tight_layout(rect=rect)
+    if path is not None and (ident := _world_of(path)):
+        fig.text(0.995, 0.003, f"world {ident}", ha="right", va="bottom", fontsize=6, color="0.5")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path.with_suffix(".png"), dpi=110)
         fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})  # the same bytes each run
     return fig
+
+
+def _world_of(path: Path) -> str | None:
+    """The world id of the run folder a figure is saved in (``<run>/figures/...``), if any."""
+    for folder in list(Path(path).resolve().parents)[:3]:
+        if (ident := worlds.world_id(folder)) is not None:
+            return ident
+    return None

@@ -26,6 +26,7 @@ from typing import Any
 import pbench
 from pbench import config as config_mod
 from pbench import store
+from pbench import world as worlds
 from pbench.config import RunConfig
 
 
@@ -189,7 +190,7 @@ _KERNEL_MANAGER: type | None = None
 @dataclass
 class StageResult:
     name: str
-    status: str  # ran | skipped | failed
+    status: str  # ran | skipped | failed | world (read from a packed world)
     seconds: float = 0.0
     usage: dict[str, Any] = field(default_factory=dict)
 
@@ -239,6 +240,7 @@ def run(
     all_stages: tuple[Stage, ...] | None = None,
     progress: bool = True,
     base: Path | None = None,
+    world: str | Path | None = None,
 ) -> list[StageResult]:
     """Run the pipeline on a parameter file.
 
@@ -250,6 +252,8 @@ def run(
         all_stages: the stage list (default ``STAGES``; tests pass their own).
         progress: show papermill's per-cell progress bars.
         base: folder that a relative ``outputs_dir`` is taken from (default: current folder).
+        world: a packed world to run on (``pbench world pack``), in place of the file's
+            ``world``: stages 01-02 read it instead of generating one.
     Returns:
         One StageResult per stage considered.
     Raises:
@@ -259,12 +263,27 @@ def run(
     """
     params_path = Path(params_path).resolve()
     os.environ.setdefault(config_mod.START_DIR, str(Path.cwd()))  # a python target's module is found from here
+    before = os.environ.get(config_mod.WORLD_ENV)
+    if world is not None:  # every stage's notebook loads the parameters again, and must see it
+        os.environ[config_mod.WORLD_ENV] = str(Path(world).resolve())
+    try:
+        return _run(params_path, stages, force, notebooks_dir, all_stages, progress, base)
+    finally:
+        if before is None:
+            os.environ.pop(config_mod.WORLD_ENV, None)
+        else:
+            os.environ[config_mod.WORLD_ENV] = before
+
+
+def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir: Path | None,
+         all_stages: tuple[Stage, ...] | None, progress: bool, base: Path | None) -> list[StageResult]:
     cfg = config_mod.load(params_path)
     config_mod.verify_model_files(cfg)
     nb_dir = notebooks_dir or default_notebooks_dir()
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
     run_dir = cfg.run_dir(base or Path.cwd()).resolve()
+    _refuse_other_world(cfg, run_dir)
     manifest = _open_run(cfg, params_path, run_dir)
     # After every check of the input: measuring this machine's rates loads a model.
     rates = _print_estimate(cfg, params_path) if all_stages is None else {}
@@ -274,11 +293,14 @@ def run(
     upstream: list[str] = []
     started = time.perf_counter()
     first_selected = min(pipeline.index(s) for s in selected) if selected else len(pipeline)
+    world = worlds.verify(cfg.world) if cfg.world is not None else None
     for position, st in enumerate(pipeline):
         nb_in = nb_dir / f"{st.name}.ipynb"
         if not nb_in.is_file():
             raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
-        fp = fingerprint(cfg, st, nb_in, upstream, run_dir)
+        from_world = world is not None and st.name in worlds.STAGE_FILES
+        fp = (hashlib.sha256(f"{world.id}|{st.name}".encode()).hexdigest() if from_world
+              else fingerprint(cfg, st, nb_in, upstream, run_dir))
         marker = _marker(run_dir, st)
         done = store.read_json(marker, default={}) if marker.exists() else {}
         damaged = damaged_outputs(run_dir, st, done)
@@ -298,8 +320,14 @@ def run(
             print(f"{st.name}: {', '.join(damaged)} missing or changed since the stage finished; running it again")
         elif done and unfinished and not force:
             print(f"{st.name}: {unfinished} units of work were given up last time; trying them again")
-        done = _run_stage(st, nb_in, fp, params_path, run_dir, results, force=force, progress=progress)
+        if from_world:
+            done = _read_world(world, st, fp, run_dir, results)
+        else:
+            done = _run_stage(st, nb_in, fp, params_path, run_dir, results, force=force, progress=progress)
         upstream.append(f"{fp}:{_digest_of(st, done)}")
+        if st.name == "02_footprint":  # the world every later record belongs to
+            store.update_json(manifest, {"world_id": worlds.world_id(run_dir),
+                                         "world": world.label if world is not None else None})
     store.update_json(manifest, {"last_run_seconds": round(time.perf_counter() - started, 2)})
     _print_summary(results)
     _print_headline(run_dir)
@@ -381,6 +409,35 @@ def _run_stage(st: Stage, nb_in: Path, fp: str, params_path: Path, run_dir: Path
     entry = {"status": "ran", "seconds": round(seconds, 2), "finished": time.time(), "llm": usage, "metrics": metrics}
     store.update_json(manifest, {"stages": {st.name: entry}})
     results.append(StageResult(st.name, "ran", seconds, usage))
+    return done
+
+
+def _refuse_other_world(cfg: RunConfig, run_dir: Path) -> None:
+    """A run on a packed world never overwrites a run folder that holds another world."""
+    if cfg.world is None:
+        return
+    held, wanted = worlds.world_id(run_dir), worlds.world_id(cfg.world)
+    if held is not None and held != wanted:
+        raise config_mod.ConfigError(
+            f"{run_dir}: holds another world ({held}) than {cfg.world} ({wanted}); "
+            "give the run another run_name or outputs_dir")
+
+
+def _read_world(world: worlds.World, st: Stage, fp: str, run_dir: Path,
+                results: list[StageResult]) -> dict[str, Any]:
+    """A stage 01 or 02 on a packed world: its files copied from the verified pack, recorded
+    as a finished stage with no model call."""
+    _marker(run_dir, st).unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    worlds.materialise(world, st.name, run_dir)
+    seconds = time.perf_counter() - t0
+    print(f"{st.name}: read from the world {world.label}")
+    done = {"fingerprint": fp, "seconds": round(seconds, 2), "usage": {}, "metrics": {"world": world.label},
+            "outputs": output_digests(run_dir, st)}
+    store.write_json(_marker(run_dir, st), done)
+    store.update_json(run_dir / "manifest.json", {"stages": {st.name: {"status": "world", "seconds": done["seconds"],
+                                                                    "finished": time.time(), "llm": {}}}})
+    results.append(StageResult(st.name, "world", seconds, {}))
     return done
 
 

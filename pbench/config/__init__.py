@@ -18,7 +18,7 @@ never this file.
 """
 
 from pbench.config.base import ConfigError, Fraction, IntRange, Strict
-from pbench.config.loading import FILE_FIELDS, load, parse, verify_model_files
+from pbench.config.loading import FILE_FIELDS, WORLD_ENV, load, parse, verify_model_files
 from pbench.config.models import CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelList, Models, ModelSpec, Price
 from pbench.config.runconfig import RunConfig
 from pbench.config.sections import (

@@ -11,7 +11,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pbench import world as worlds
 from pbench.config.base import ConfigError
+from pbench.config.models import CALL_ONLY, LOCAL_ONLY
 from pbench.config.runconfig import RunConfig
 from pbench.config.targets import START_DIR, TARGET_KINDS
 
@@ -53,6 +55,9 @@ def parse(data: Any, source: str = "<params>") -> RunConfig:
 
 
 FILE_FIELDS = (("community", "personas_path"), ("validation", "dev_set"))
+WORLD_ENV = "PBENCH_WORLD"  # `pbench run FILE --world PATH` names the world here, for every stage's notebook
+# How the world's generator was served and called: the file's own choice (a run on a world never calls it).
+SERVING = tuple(k for k in CALL_ONLY + LOCAL_ONLY if k != "sha256")
 
 
 def load(path: str | Path) -> RunConfig:
@@ -61,9 +66,12 @@ def load(path: str | Path) -> RunConfig:
     Args:
         path: the YAML file.
     Returns:
-        The validated RunConfig.
+        The validated RunConfig. When it names a world (``world:``, relative to the file, or
+        ``--world``), the world is verified and its stage 01-02 parameters fill those the file
+        leaves out.
     Raises:
-        ConfigError: missing file, YAML syntax error or invalid field.
+        ConfigError: missing file, YAML syntax error or invalid field; a world that fails its
+            check, or a field the file gives that the world fixes otherwise.
     """
     path = Path(path)
     if not path.is_file():
@@ -91,7 +99,59 @@ def load(path: str | Path) -> RunConfig:
         local_file = spec.get("provider") == "local" and str(spec.get("model", "")).endswith(".gguf")
         if local_file and not Path(spec["model"]).is_absolute():
             spec["model"] = str((path.parent / spec["model"]).resolve())
-    return parse(data, source=str(path))
+    world = _world_named(data, path)
+    if world is None:
+        return parse(data, source=str(path))
+    cfg = parse({**_filled(data, world), "world": str(world.path)}, source=str(path))
+    _refuse_changes(cfg, world, str(path))
+    return cfg
+
+
+def _world_named(data: Any, path: Path) -> worlds.World | None:
+    named = os.environ.get(WORLD_ENV) or (data.get("world") if isinstance(data, dict) else None)
+    if not named:
+        return None
+    where = Path(named) if Path(named).is_absolute() or os.environ.get(WORLD_ENV) else path.parent / named
+    try:
+        return worlds.verify(where)
+    except worlds.WorldError as exc:
+        raise ConfigError(f"{path}: world: {exc}") from None
+
+
+def _filled(data: dict[str, Any], world: worlds.World) -> dict[str, Any]:
+    """``data`` with the world's stage 01-02 parameters where it gives none (a section field by
+    field; the generator without how it is called, which the file decides)."""
+    out = dict(data)
+    for dotted, theirs in world.manifest.get("params", {}).items():
+        if theirs is None:
+            continue
+        *parent, key = dotted.split(".")
+        node = out
+        for part in parent:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if isinstance(theirs, dict):
+            fixed = {k: v for k, v in theirs.items() if not (parent and k in SERVING)}
+            node[key] = {**fixed, **(node.get(key) or {})}
+        else:
+            node.setdefault(key, theirs)
+    return out
+
+
+def _refuse_changes(cfg: RunConfig, world: worlds.World, source: str) -> None:
+    """A field of stages 01-02 that differs from the world's, named (how a model is called aside)."""
+    mine = worlds.params_of(cfg.dump())
+    for dotted, theirs in world.manifest.get("params", {}).items():
+        ours = mine.get(dotted)
+        if isinstance(theirs, dict) and isinstance(ours, dict):
+            keys = sorted(set(theirs) | set(ours))
+            differ = [k for k in keys if ours.get(k) != theirs.get(k) and not (dotted.startswith("models.") and k in SERVING)]
+            field, value = (f"{dotted}.{differ[0]}", theirs.get(differ[0])) if differ else (None, None)
+        else:
+            field, value = (dotted, theirs) if ours != theirs else (None, None)
+        if field:
+            raise ConfigError(f"{source}: {field}: the world {world.label} fixes it at {value!r}; "
+                              "remove the field or run on another world")
 
 
 def _model_dicts(models: Any) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ class RunConfig(Strict):
     run_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     seed: int = 0
     outputs_dir: Path = Path("outputs")
+    world: Path | None = Field(None, description="a packed world (pbench world pack): stages 01-02 read it")
     period: Period = Period()
     community: Community = Community()
     footprint: Footprint = Footprint()
