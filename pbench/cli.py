@@ -65,7 +65,8 @@ def _world(args: argparse.Namespace) -> int:
             out = args.out or f"worlds/{name}-v{args.version}"
             made = world.pack(args.path, out, name, args.version)
             print(f"packed {made['name']} {made['version']} ({made['world_id']}) into {out}: "
-                  f"{len(made['files'])} files; run on it with: pbench run FILE --world {out}")
+                  f"{len(made['files'])} files and {len(made['hf_files'])} of its Hugging Face layout (hf/); "
+                  f"run on it with: pbench run FILE --world {out}")
         else:
             w = world.verify(args.path)
             print(f"{args.path}: ok, {w.label}: {len(w.manifest['files'])} files match their sha256")

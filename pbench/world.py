@@ -104,6 +104,7 @@ def pack(run_dir: str | Path, out: str | Path, name: str, version: str) -> dict[
         "params": params_of(resolved),
         "pbench_version": run_manifest.get("pbench_version"), "git_commit": run_manifest.get("git_commit"),
     }
+    manifest["hf_files"] = hf_layout(tmp, manifest)
     store.write_json(tmp / MANIFEST, manifest)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
@@ -152,9 +153,64 @@ def verify(path: str | Path) -> World:
             raise WorldError(f"{path / f}: missing from the world")
         if _sha256(path / f) != expected:
             raise WorldError(f"{path / f}: sha256 does not match the world's manifest (changed since it was packed)")
+    for f, expected in manifest.get("hf_files", {}).items():
+        if not (path / f).is_file():
+            raise WorldError(f"{path / f}: missing from the world")
+        if _sha256(path / f) != expected:
+            raise WorldError(f"{path / f}: sha256 does not match the world's manifest (changed since it was packed)")
     if world_id(path) != manifest.get("world_id"):
         raise WorldError(f"{mf}: world_id {manifest.get('world_id')!r} is not its content's ({world_id(path)})")
     return World(path.resolve(), manifest)
+
+
+HF = "hf"  # the Hugging Face dataset layout, inside the pack
+
+
+def tables(folder: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """The world's records as flat tables: people, relationships, groups, changes (of stage
+    01's community), documents, secrets and sharing (one telling a row, with its secret_id)."""
+    folder = Path(folder)
+    community = json.loads((folder / "community.json").read_text(encoding="utf-8"))
+    secrets = store.read_jsonl(folder / "secrets.jsonl")
+    out = {name: community.get(name, []) for name in ("people", "relationships", "groups", "changes")}
+    out["documents"] = store.read_jsonl(folder / "documents.jsonl")
+    out["secrets"] = [{k: v for k, v in s.items() if k != "sharing"} for s in secrets]
+    out["sharing"] = [{"secret_id": s["id"], **t} for s in secrets for t in s.get("sharing", [])]
+    return out
+
+
+def hf_layout(folder: Path, manifest: dict[str, Any]) -> dict[str, str]:
+    """Write ``hf/``: one Parquet file a table (a nested field as its JSON text) and a dataset
+    card (README.md with its YAML header), which ``datasets.load_dataset`` and pandas read.
+    Returns each file's sha256, by its path in the pack."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hf = folder / HF
+    hf.mkdir(exist_ok=True)
+    written = {}
+    for name, rows in tables(folder).items():
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        flat = {c: [json.dumps(r[c], sort_keys=True, ensure_ascii=False) if isinstance(r.get(c), dict | list)
+                    else r.get(c) for r in rows] for c in columns}
+        pq.write_table(pa.table(flat) if columns else pa.table({"id": pa.array([], pa.string())}),
+                       hf / f"{name}.parquet")
+        written[name] = len(rows)
+    configs = "".join(f"- config_name: {n}\n  data_files: {n}.parquet\n" for n in written)
+    card = (f"---\npretty_name: PrivacyBench world {manifest['name']} {manifest['version']}\n"
+            f"tags: [privacy, synthetic, benchmark, rag]\nconfigs:\n{configs}---\n\n"
+            f"# PrivacyBench world `{manifest['name']}` version {manifest['version']}\n\n"
+            f"World id `{manifest['world_id']}`: the sha256 of its content, printed on every report, metrics.csv "
+            f"and figure of a run on it. Cite it by name, version and id.\n\n"
+            "Tables (a nested field is stored as its JSON text): "
+            + ", ".join(f"`{n}` ({k} rows)" for n, k in written.items()) + ".\n\n"
+            "```python\nimport pandas as pd\ndocs = pd.read_parquet(\"documents.parquet\")\n"
+            "# or: datasets.load_dataset(\"parquet\", data_files=\"documents.parquet\")\n```\n\n"
+            "To run an assistant on it, use the pack itself (the folder above this one): "
+            "`pbench run FILE --world PATH` (docs/worlds.md of PrivacyBench).\n\n"
+            + (folder / "DATASHEET.md").read_text(encoding="utf-8"))
+    store.atomic_write_text(hf / "README.md", card)
+    return {f"{HF}/{f.name}": _sha256(f) for f in sorted(hf.iterdir())}
 
 
 def materialise(world: World, stage: str, run_dir: str | Path) -> None:

@@ -169,7 +169,7 @@ def test_input_files_are_relative_to_the_parameter_file(tmp_path):
 
 def test_a_shared_cache_is_named_from_where_the_run_starts_as_outputs_dir_is(tmp_path, monkeypatch):
     """A notebook loads the parameters from notebooks/: a relative cache_path read from there
-    would open a new, empty cache (params/http_example.yaml and memory.yaml share tiny's)."""
+    would open a new, empty cache (params/memory.yaml shares tiny's)."""
     path = _write(tmp_path, minimal_params(**{"llm.cache_path": "outputs/tiny/llm_cache.sqlite"}))
     (tmp_path / "notebooks").mkdir()
     monkeypatch.chdir(tmp_path / "notebooks")

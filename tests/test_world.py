@@ -41,6 +41,19 @@ def test_the_shipped_world_verifies_and_its_id_is_its_content():
     assert w.manifest["generator"]["sha256"]  # the model that wrote it, by its file's hash
 
 
+def test_the_hugging_face_layout_holds_every_record_and_a_dataset_card():
+    import pandas as pd
+
+    docs = pd.read_parquet(SHIPPED / "hf" / "documents.parquet")
+    assert list(docs["id"]) == [d["id"] for d in store.read_jsonl(SHIPPED / "documents.jsonl")]
+    sharing = pd.read_parquet(SHIPPED / "hf" / "sharing.parquet")
+    assert len(sharing) == sum(len(s["sharing"]) for s in store.read_jsonl(SHIPPED / "secrets.jsonl"))
+    card = (SHIPPED / "hf" / "README.md").read_text()
+    header = yaml.safe_load(card.split("---\n")[1])
+    assert {c["config_name"] for c in header["configs"]} == set(world.tables(SHIPPED))
+    assert world.verify(SHIPPED).id in card
+
+
 def test_a_parameter_file_naming_a_world_takes_its_stage_01_02_fields(tmp_path, pack):
     cfg = config.load(_params(tmp_path, pack))
     fixed = world.verify(pack).manifest["params"]
@@ -86,6 +99,7 @@ def test_how_the_generator_is_called_is_the_files_own_choice(tmp_path, pack):
     (lambda p: store.write_json(p / "world.json", {**json.loads((p / "world.json").read_text()), "schema_version": 99}),
      "schema version 99; this pbench reads 1"),
     (lambda p: (p / "world.json").unlink(), "world.json: missing; not a packed world"),
+    (lambda p: (p / "hf" / "people.parquet").write_bytes(b"PAR1"), "people.parquet: sha256 does not match"),
 ])
 def test_a_damaged_world_is_refused_in_one_line_and_nothing_is_written(tmp_path, pack, capsys, damage, named):
     damage(pack)
