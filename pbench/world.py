@@ -147,14 +147,9 @@ def verify(path: str | Path) -> World:
     version = manifest.get("schema_version")
     if version not in READS:
         raise WorldError(f"{mf}: schema version {version!r}; this pbench reads {', '.join(map(str, READS))}")
-    for f in WORLD_FILES:
-        expected = manifest.get("files", {}).get(f)
+    listed = {f: manifest.get("files", {}).get(f) for f in WORLD_FILES} | manifest.get("hf_files", {})
+    for f, expected in listed.items():
         if expected is None or not (path / f).is_file():
-            raise WorldError(f"{path / f}: missing from the world")
-        if _sha256(path / f) != expected:
-            raise WorldError(f"{path / f}: sha256 does not match the world's manifest (changed since it was packed)")
-    for f, expected in manifest.get("hf_files", {}).items():
-        if not (path / f).is_file():
             raise WorldError(f"{path / f}: missing from the world")
         if _sha256(path / f) != expected:
             raise WorldError(f"{path / f}: sha256 does not match the world's manifest (changed since it was packed)")
