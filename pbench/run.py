@@ -283,7 +283,8 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
     pipeline = STAGES if all_stages is None else all_stages
     selected = _select(pipeline, stages)
     run_dir = cfg.run_dir(base or Path.cwd()).resolve()
-    _refuse_other_world(cfg, run_dir)
+    world = worlds.verify(cfg.world) if cfg.world is not None else None
+    _refuse_other_world(world, run_dir)
     manifest = _open_run(cfg, params_path, run_dir)
     # After every check of the input: measuring this machine's rates loads a model.
     rates = _print_estimate(cfg, params_path) if all_stages is None else {}
@@ -293,7 +294,6 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
     upstream: list[str] = []
     started = time.perf_counter()
     first_selected = min(pipeline.index(s) for s in selected) if selected else len(pipeline)
-    world = worlds.verify(cfg.world) if cfg.world is not None else None
     for position, st in enumerate(pipeline):
         nb_in = nb_dir / f"{st.name}.ipynb"
         if not nb_in.is_file():
@@ -412,14 +412,14 @@ def _run_stage(st: Stage, nb_in: Path, fp: str, params_path: Path, run_dir: Path
     return done
 
 
-def _refuse_other_world(cfg: RunConfig, run_dir: Path) -> None:
+def _refuse_other_world(world: worlds.World | None, run_dir: Path) -> None:
     """A run on a packed world never overwrites a run folder that holds another world."""
-    if cfg.world is None:
+    if world is None:
         return
-    held, wanted = worlds.world_id(run_dir), worlds.world_id(cfg.world)
-    if held is not None and held != wanted:
+    held = worlds.world_id(run_dir)
+    if held is not None and held != world.id:
         raise config_mod.ConfigError(
-            f"{run_dir}: holds another world ({held}) than {cfg.world} ({wanted}); "
+            f"{run_dir}: holds another world ({held}) than {world.path} ({world.id}); "
             "give the run another run_name or outputs_dir")
 
 
