@@ -153,3 +153,23 @@ def test_pack_refuses_a_run_whose_world_is_unfinished(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     assert cli.main(["world", "pack", str(tmp_path / "run"), "--out", str(tmp_path / "w")]) == 2
     assert "stage 01_social_graph has not finished" in capsys.readouterr().err and not (tmp_path / "w").exists()
+
+
+def test_a_figure_carries_its_folders_world_id_but_stages_01_02_never_a_stale_one(tmp_path, pack):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pbench import figures
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in world.CONTENT:  # an earlier run's world, left in the folder that stage 01 now redraws
+        shutil.copy(pack / name, folder / name)
+    ident = world.verify(pack).id
+
+    def words(stamp: bool) -> list[str]:
+        fig = figures.save(plt.figure(), folder / "figures" / "f", stamp=stamp)
+        plt.close(fig)
+        return [t.get_text() for t in fig.texts]
+
+    assert words(True) == [f"world {ident}"] and words(False) == []

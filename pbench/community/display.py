@@ -81,7 +81,7 @@ def draw_graph_at(view: CommunityView, dates: list[dt.date], path: Path | None =
     handles = [Line2D([0], [0], color=KIND_COLOURS[k], lw=2, label=k) for k in used]
     handles += [Patch(facecolor=group_colour[gid], edgecolor="black", label=f"group: {g.name}") for gid, g in view.groups.items()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), frameon=False)
-    return figures.save(fig, path, rect=(0, 0.1, 1, 1))
+    return figures.save(fig, path, rect=(0, 0.1, 1, 1), stamp=False)
 
 
 def draw_timeline(view: CommunityView, pid: str, path: Path | None = None):
@@ -115,7 +115,7 @@ def draw_timeline(view: CommunityView, pid: str, path: Path | None = None):
     ax.xaxis_date()
     ax.set_xlim(mdates.date2num(start), mdates.date2num(end + DAY))
     ax.set_title(f"{view.name(pid)} over the period")
-    return figures.save(fig, path)
+    return figures.save(fig, path, stamp=False)
 
 
 def snapshot_dates(view: CommunityView, n: int = 3) -> list[dt.date]:

@@ -54,7 +54,7 @@ def draw_documents_timeline(ds: Dataset, uid: str, path: Path | None = None):
         handles.append(Line2D([], [], marker="*", color="#d62728", ls="", markersize=12))
         labels.append("shares a secret")
     ax.legend(handles, labels, loc="upper right", fontsize=8)
-    return figures.save(fig, path)
+    return figures.save(fig, path, stamp=False)
 
 
 def examples(ds: Dataset, per_kind: int = 1):
