@@ -367,16 +367,53 @@ def worlds_of(run_dirs: list[Path], mixed_worlds: bool = False) -> dict[str, str
     return ids
 
 
+PAPER_ROW = ("target", "prompt", "defence")
+"""A row of the paper's Table 2 across runs: one assistant, the model under one system prompt
+and one retrieval defence."""
+
+
+def paper_table(runs: dict[str, tuple[list[dict[str, Any]], Any]], seed: int = 0):
+    """The paper's Table 2 over runs on one world: a row per run and target (model x prompt x
+    defence) that ran the paper's chat protocol, with LR, OSR, IRR and PC as
+    ``value [95% interval] (count/n; k secrets)`` and LR and OSR also corrected for the run's
+    measured judge error (or why they are not). ``runs`` maps a run's name to its judgement
+    records and its judge error (``correction.load``)."""
+    import pandas as pd
+
+    out = []
+    for name, (rows, errors) in runs.items():
+        long = metrics.table(rows, PAPER_ROW, metrics=TABLE2_METRICS, seed=seed)
+        long = long[long.groupby("stratum")["conversations"].transform("sum") > 0]  # combinations never planned
+        if long.empty:
+            continue
+        long = correction.add_columns(long, rows, errors, seed)
+        for _, g in long.groupby("stratum", sort=False):
+            first = g.iloc[0]
+            row: dict[str, Any] = {"run": name, **{k: first[k] for k in PAPER_ROW}}
+            for _, r in g.iterrows():
+                row[r["metric"]] = metrics.cell(r)
+                if r["metric"] in correction.JUDGED:
+                    row[f"{r['metric']} corrected"] = correction.cell(r)
+            out.append(row)
+    columns = ["run", *PAPER_ROW, "LR", "LR corrected", "OSR", "OSR corrected", "IRR", "PC"]
+    return pd.DataFrame(out, columns=columns).set_index(["run", *PAPER_ROW])
+
+
+TABLE2_METRICS = ("LR", "OSR", "IRR", "PC")
+
+
 def compare(run_dirs: list[Path], out_dir: Path, mixed_worlds: bool = False) -> tuple[Any, list[Any]]:
     """Aggregate runs (several communities, or one community under several targets) into
     one table, one figure and their findings: each run's overall LR, OSR, IRR and PC and its
     per-target rows; which differences between runs, and between targets within a run, are
     decided by a permutation test over whole clusters (``findings.across``).
 
-    Writes ``comparison.csv`` / ``.md`` / ``.tex``, ``findings.md`` and ``figures/comparison``
-    under ``out_dir``; every row names its run's world (with ``mixed_worlds``, in the run's label).
+    Writes ``comparison.csv`` / ``.md`` / ``.tex``, the paper's Table 2 across the runs
+    (``paper_table``) as ``table2.csv`` / ``.md`` / ``.tex``, ``findings.md`` and
+    ``figures/comparison`` under ``out_dir``; every row names its run's world (with
+    ``mixed_worlds``, in the run's label).
     Returns:
-        The table and the findings.
+        Table 2 across the runs and the findings.
     Raises:
         MixedWorlds: runs on different worlds, unless ``mixed_worlds``.
         FileNotFoundError: a run without ``metrics.csv`` or ``judgements.jsonl``, naming it
@@ -406,6 +443,8 @@ def compare(run_dirs: list[Path], out_dir: Path, mixed_worlds: bool = False) -> 
     long = pd.concat(parts, ignore_index=True)
     table = metrics.wide(long.assign(by=long["run"] + " · " + long["by"]))
     write_table(table, out_dir, "comparison")
+    paper = paper_table({name: (rows[name], errors[name]) for name in rows})
+    write_table(paper, out_dir, "table2")
     found = findings.across(rows, errors=errors)
     store.atomic_write_text(out_dir / "findings.md", "# Findings across runs"
                             + ("" if mixed else f" (world `{next(iter(ids.values()))}`)") + "\n\n" + findings.markdown(found))
@@ -429,4 +468,4 @@ def compare(run_dirs: list[Path], out_dir: Path, mixed_worlds: bool = False) -> 
     ax.legend()
     ax.set_title("runs compared (95% intervals, secrets resampled; n under each run in comparison.md)", fontsize=10)
     save(fig, out_dir / "figures" / "comparison")
-    return table, found
+    return paper, found

@@ -232,10 +232,10 @@ def _compare(args: argparse.Namespace) -> int:
     except (FileNotFoundError, analysis.MixedWorlds) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(table.to_string())
+    print(table.reset_index().to_markdown(index=False))
     print()
     print(findings.markdown(found))
-    print(f"written: {args.output}/comparison.{{csv,md,tex}}, {args.output}/findings.md, "
+    print(f"written: {args.output}/table2.{{csv,md,tex}}, {args.output}/comparison.{{csv,md,tex}}, {args.output}/findings.md, "
           f"{args.output}/figures/comparison.{{png,pdf}}")
     return 0
 

@@ -244,6 +244,24 @@ def test_compare_aggregates_runs_and_names_a_missing_stage(judged_run, tmp_path_
     table = (out / "comparison.md").read_text()
     assert f"{judged_run.name} · all" in table and "second · all" in table
     assert (out / "figures" / "comparison.png").stat().st_size > 5_000
+    # The paper's Table 2 across the runs: a row per run and target x prompt x defence planned,
+    # LR, OSR, IRR and PC with intervals, LR and OSR beside them corrected (or why not).
+    import pandas as pd
+
+    t2 = pd.read_csv(out / "table2.csv")
+    rows = store.read_jsonl(judged_run / "judgements.jsonl")
+    chat = {(r["target"], r["prompt"], r["defence"]) for r in rows if metrics.surface(r) == "chat"}
+    assert list(t2.columns) == ["run", "target", "prompt", "defence", "LR", "LR corrected", "OSR", "OSR corrected",
+                                "IRR", "PC"]
+    assert set(zip(t2["target"], t2["prompt"], t2["defence"], strict=True)) == chat
+    assert sorted(set(t2["run"])) == sorted([judged_run.name, "second"]) and len(t2) == 2 * len(chat)
+    one = t2[t2["run"] == "second"].iloc[0]
+    part = [r for r in rows if metrics.surface(r) == "chat" and not r["authorised"]
+            and (r["target"], r["prompt"], r["defence"]) == (one["target"], one["prompt"], one["defence"])]
+    scored = [r for r in part if r["verdict"] != "unscored"]
+    assert one["LR"].endswith(f"({sum(r['verdict'] == 'leak' for r in scored)}/{len(scored)}; "
+                              f"{len({r['secret_id'] for r in scored})} secret{'s' if len({r['secret_id'] for r in scored}) != 1 else ''})")
+    assert "| run" in (out / "table2.md").read_text()
     printed = capsys.readouterr().out
     found = (out / "findings.md").read_text()
     assert "### Runs compared" in found and f"leakage rate (LR), {judged_run.name} minus second: +0.0 points" in found
