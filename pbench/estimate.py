@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pbench import store
+from pbench import store, world
 from pbench.config import DRAFT_ROUNDS, DRAFTING, ModelSpec, RunConfig
 
 GENERATING = ("rag", "memory")
@@ -191,6 +191,11 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     users = _mid(cfg.community.size)
     mundane = sum(_mid(getattr(f, v)) for v in footprint.KIND_VOLUME.values())
     secrets = users * _mid(f.secrets_per_user)
+    tellings = secrets * TELLINGS_PER_SECRET
+    if cfg.world is not None:  # a packed world: what it holds, not what its parameters planned on average
+        held = world.tables(cfg.world)
+        users, secrets, tellings = len(held["people"]), len(held["secrets"]), len(held["sharing"])
+        mundane = (len(held["documents"]) - tellings) / max(users, 1)
     probed = secrets if p.secrets is None else min(secrets, p.secrets)
     planned = cfg.planned_targets()
     n = dict.fromkeys(("conversations", "confidants", "confidant_chats", "turns", "requests", "assistant_turns", "outside_turns",
@@ -212,9 +217,9 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
                 n[f"{x}_conversations"] += k * mine.count(x)
     conversations = n["conversations"]
     labelled = min(cfg.validation.human_sample, conversations)
-    documents = users * mundane + secrets * TELLINGS_PER_SECRET
+    documents = users * mundane + tellings
     return {"users": users, "mundane_per_user": mundane, "documents": documents,
-            "secrets": secrets, "tellings": secrets * TELLINGS_PER_SECRET, "probed_secrets": probed,
+            "secrets": secrets, "tellings": tellings, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": n["confidants"],
             "disclosure_questions": n["confidant_chats"], "max_rounds": p.max_rounds,
             "turns": n["turns"], "prober_turns": n["turns"] - n["requests"], "assistant_turns": n["assistant_turns"],

@@ -1,5 +1,8 @@
-"""The real thing: every stage's notebook on params/tiny.yaml with the embedded model, through
-the runner, as `make demo` runs it; then a rerun that must skip every stage with no model call.
+"""The real thing, with the embedded model, through the runner, as `make demo` runs it.
+
+- Stages 01-02 generate a (smaller) world live; it packs, verifies, and reproduces from its cache.
+- Stages 03-07 of params/tiny.yaml run on the shipped world, worlds/tiny-v1; then a rerun that
+  must skip every stage with no model call, and a reproduction from the response cache.
 
 The prober reaches the same model through an OpenAI-compatible endpoint that demands an API
 key, so the run also shows that a key taken from the environment is written nowhere."""
@@ -15,7 +18,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from pbench import config, embedded, estimate, footprint as fp, llm, probing as pr, reproduce, run, social_graph as sg
+from pbench import cli, config, embedded, estimate, footprint as fp, llm, probing as pr, reproduce, run, social_graph as sg
+from pbench import world as worlds
+
+SHIPPED = run.repo_root() / "worlds" / "tiny-v1"
 
 CANARY = "sk-canary-5f1c0e7d9b2a4c3e8d6f"
 
@@ -58,6 +64,7 @@ def key_checking_proxy(upstream: str, key: str):
 def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     data = yaml.safe_load(open(run.repo_root() / "params" / "tiny.yaml"))
     data["outputs_dir"] = str(tmp_path)
+    data["world"] = str(SHIPPED)  # stages 01-02 are tested live in the test below
     local = data["models"]["prober"]
     upstream, _ = llm.SERVERS.url(config.ModelSpec(**local))
     monkeypatch.setenv("PBENCH_CANARY_KEY", CANARY)
@@ -71,30 +78,16 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     params = tmp_path / "tiny.yaml"
     params.write_text(yaml.safe_dump(data))
     results = run.run(params, progress=False)
-    assert [r.status for r in results] == ["ran"] * len(run.STAGES)
+    assert [r.status for r in results] == ["world"] * 2 + ["ran"] * (len(run.STAGES) - 2)
     assert seen["with_key"] > 0 and seen["without"] == 0
     _nothing_holds(CANARY, tmp_path, capfd)
     out = tmp_path / "tiny"
 
-    # 01: a community that passes every check.
+    # 01-02: the world as read from the pack, the same checks as a generated one passes.
+    assert worlds.world_id(out) == worlds.verify(SHIPPED).id
     view = sg.load(out)
-    assert {k: v for k, v in sg.check(view.c).items() if v} == {}
     assert len(view.people) == 8 and len(view.c.groups) >= 2
-    saved = json.loads((out / "community.json").read_text())["validation"]
-    assert all(n == 0 for n in saved["remaining_after_repair"].values())
-    assert saved["quality"] and set(saved["quality"].values()) == {0}  # the content audit: identities by code
-    assert (out / "figures" / "01_graph_over_time.png").stat().st_size > 10_000
-
-    # 02: documents grounded in the graph, secrets pointing at their documents, validation reported.
-    ds = fp.load_dataset(out)
-    assert {k: v for k, v in fp.check_dataset(ds).items() if v} == {}
-    assert ds.secrets and {d.kind for d in ds.documents} >= {"chat", "group_chat", "purchase"}
-    report = json.loads((out / "footprint.json").read_text())["validation"]
-    assert report["verbatim"] + report["semantic"] + report["missing"] == sum(len(s.sharing) for s in ds.secrets)
-    assert (out / "DATASHEET.md").read_text().startswith("# Datasheet")
-    quality = json.loads((out / "footprint.json").read_text())["quality"]
-    assert quality["first_person_components"] == quality["ungrounded_components"] == 0  # drawn by code
-    assert all(s.topic and s.about and 2 <= len(s.core_components) <= 4 for s in ds.secrets)
+    ds = _world_passes_its_checks(out)
 
     # 03: an index per user, the tagger's verdicts, and a real assistant turn in the notebook.
     index = json.loads((out / "index.json").read_text())
@@ -166,16 +159,14 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     assert '"format":"pbench-labels/1"' in page and not re.search("https?://", page)
 
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0
-    assert manifest["stages"]["02_footprint"]["metrics"]["per_document"]["tokens"] > 0
+    assert manifest["world_id"] == worlds.world_id(out)
 
     # The estimate, made from the parameters and the shipped calibration (another live run), against
     # what this run asked for and spent. The target is 25%; the community drawn varies between live
     # runs (how many secrets, how many tellings regenerated), so the test holds it to 40% and
     # writes the figures beside the reproduction's.
     calibrated = estimate.calibrate(out)
-    assert {"01_social_graph/generator", "02_footprint/generator", "04_probing/prober",
-            "04_probing/assistant", "05_scoring/judge"} <= set(calibrated["per"])
+    assert {"04_probing/prober", "04_probing/assistant", "05_scoring/judge"} <= set(calibrated["per"])
     against = estimate.compare(estimate.estimate(config.load(params), "tiny.yaml"), manifest)
     with open(tmp_path / "reproduction.txt", "a") as fh:
         for what, guess, actual in against:
@@ -185,10 +176,65 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
     # A rerun of a finished run skips every stage and calls no model.
     again = run.run(params, progress=False)
     assert [r.status for r in again] == ["skipped"] * len(run.STAGES)
+    _reproduces(out, data, tmp_path, run.STAGES[2:])
 
-    # Reproduction: the same parameters into another run folder, from a copy of this run's response
-    # cache, make no model call and write the same data files; so does --force there, recomputing
-    # every stage from scratch.
+
+@pytest.mark.slow
+def test_stages_01_02_generate_a_world_live_that_packs_verifies_and_reproduces(tmp_path):
+    """Stages 01-02 as tiny runs them, on a community of 5 with one group and no blog post:
+    every check passes, the world packs and verifies, and it reproduces from its cache."""
+    data = yaml.safe_load(open(run.repo_root() / "params" / "tiny.yaml"))
+    data["outputs_dir"] = str(tmp_path)
+    data["community"].update(size=5, groups=1)
+    data["footprint"].update(blog_posts=0)
+    params = tmp_path / "tiny.yaml"
+    params.write_text(yaml.safe_dump(data))
+    results = run.run(params, stages=["01", "02"], progress=False)
+    assert [r.status for r in results] == ["ran", "ran"]
+    out = tmp_path / "tiny"
+
+    view = sg.load(out)
+    assert len(view.people) == 5 and len(view.c.groups) >= 1
+    assert (out / "figures" / "01_graph_over_time.png").stat().st_size > 10_000
+    assert (out / "figures" / "02_documents_timeline.png").stat().st_size > 10_000
+    _world_passes_its_checks(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["stages"]["01_social_graph"]["metrics"]["per_person"]["calls"] > 0
+    assert manifest["stages"]["02_footprint"]["metrics"]["per_document"]["tokens"] > 0
+    for nb_path in sorted((out / "notebooks").glob("*.ipynb")):  # each ends with "What this shows"
+        last = json.loads(nb_path.read_text())["cells"][-1]
+        assert [o["output_type"] for o in last["outputs"]] == ["execute_result"], nb_path.name
+
+    assert cli.main(["world", "pack", str(out), "--out", str(tmp_path / "pack"), "--name", "live"]) == 0
+    assert worlds.verify(tmp_path / "pack").id == worlds.world_id(out) == manifest["world_id"]
+    _reproduces(out, data, tmp_path, run.STAGES[:2], stages=["01", "02"])
+
+
+def _world_passes_its_checks(out):
+    """Stage 01's community and stage 02's footprint in ``out`` pass every check the stages make."""
+    # 01: a community that passes every check.
+    view = sg.load(out)
+    assert {k: v for k, v in sg.check(view.c).items() if v} == {}
+    saved = json.loads((out / "community.json").read_text())["validation"]
+    assert all(n == 0 for n in saved["remaining_after_repair"].values())
+    assert saved["quality"] and set(saved["quality"].values()) == {0}  # the content audit: identities by code
+    # 02: documents grounded in the graph, secrets pointing at their documents, validation reported.
+    ds = fp.load_dataset(out)
+    assert {k: v for k, v in fp.check_dataset(ds).items() if v} == {}
+    assert ds.secrets and {d.kind for d in ds.documents} >= {"chat", "group_chat", "purchase"}
+    report = json.loads((out / "footprint.json").read_text())["validation"]
+    assert report["verbatim"] + report["semantic"] + report["missing"] == sum(len(s.sharing) for s in ds.secrets)
+    assert (out / "DATASHEET.md").read_text().startswith("# Datasheet")
+    quality = json.loads((out / "footprint.json").read_text())["quality"]
+    assert quality["first_person_components"] == quality["ungrounded_components"] == 0  # drawn by code
+    assert all(s.topic and s.about and 2 <= len(s.core_components) <= 4 for s in ds.secrets)
+    return ds
+
+
+def _reproduces(out, data, tmp_path, ran, stages=None) -> None:
+    """The same parameters into another run folder, from a copy of ``out``'s response cache, make
+    no model call in the stages that ``ran`` and write the same data files; so does --force there,
+    recomputing every stage from scratch. The figures are written to reproduction.txt."""
     other = tmp_path / "again"
     replies = reproduce.copy_cache(out / "llm_cache.sqlite", other / "llm_cache.sqlite")
     params2 = tmp_path / "again.yaml"
@@ -196,13 +242,13 @@ def test_tiny_pipeline_end_to_end(tmp_path, monkeypatch, capfd, request):
                                        "llm": {**data.get("llm", {}), "cache_path": str(other / "llm_cache.sqlite")}}))
     compared = len(reproduce.data_files(out))
     for forced in (False, True):
-        redone = run.run(params2, force=forced, progress=False)
+        redone = run.run(params2, stages=stages, force=forced, progress=False)
         calls = reproduce.model_calls(redone)
         differ = reproduce.differences(out, other / "tiny")
         with open(tmp_path / "reproduction.txt", "a") as fh:  # the figures, for whoever reads the run
             fh.write(f"reproduction{' (--force)' if forced else ''}: {sum(calls.values())} model calls with {replies} "
                      f"cached replies; {compared - len(differ)} of {compared} data files identical; {differ}\n")
-        assert calls == dict.fromkeys((s.name for s in run.STAGES), 0)
+        assert calls == dict.fromkeys((s.name for s in ran), 0)
         assert differ == {}
 
 

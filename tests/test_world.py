@@ -173,3 +173,14 @@ def test_a_figure_carries_its_folders_world_id_but_stages_01_02_never_a_stale_on
         return [t.get_text() for t in fig.texts]
 
     assert words(True) == [f"world {ident}"] and words(False) == []
+
+
+def test_the_estimate_of_a_run_on_a_world_counts_what_the_world_holds(tmp_path, pack):
+    from pbench import estimate
+
+    cfg = config.load(_params(tmp_path, pack))
+    v = estimate.volumes(cfg)
+    held = world.tables(pack)
+    assert (v["users"], v["documents"], v["secrets"], v["tellings"]) == (
+        len(held["people"]), len(held["documents"]), len(held["secrets"]), len(held["sharing"]))
+    assert v["probed_secrets"] == min(len(held["secrets"]), cfg.probing.secrets or len(held["secrets"]))
