@@ -25,7 +25,7 @@ from typing import Any
 
 import pbench
 from pbench import config as config_mod
-from pbench import store
+from pbench import sources, store
 from pbench import world as worlds
 from pbench.config import RunConfig
 
@@ -120,10 +120,13 @@ def _section(cfg: RunConfig, dotted: str) -> Any:
 
 
 def fingerprint(cfg: RunConfig, stage: Stage, notebook: Path, upstream: list[str], run_dir: Path | None = None) -> str:
-    """Hash of what determines a stage's outputs (with its ``inputs`` in ``run_dir``, where
-    there are any: a run without labels keeps the fingerprint it had before inputs existed)."""
+    """Hash of what determines a stage's outputs: the parameters it reads, its notebook, the
+    ``pbench`` code that notebook runs (``sources.digest``), the stages before it, and its
+    ``inputs`` in ``run_dir`` where there are any (a run without labels keeps the fingerprint
+    it had before inputs existed)."""
     what = {"reads": {s: _section(cfg, s) for s in stage.reads},
-            "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "upstream": upstream}
+            "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "upstream": upstream,
+            "code": sources.digest(notebook)}
     if run_dir is not None and (given := input_digests(run_dir, stage.inputs)):
         what["inputs"] = given
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

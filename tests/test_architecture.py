@@ -1,27 +1,16 @@
 """The package's layers: each module imports only from modules below it, so that no two
 modules import each other, directly or around a loop."""
 
-import ast
 from pathlib import Path
+
+from pbench import sources
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pbench"
 
 
 def imports() -> dict[str, set[str]]:
     """Module name to the pbench modules it imports anywhere in its text (functions included)."""
-    graph: dict[str, set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.with_suffix("").relative_to(PACKAGE.parent).parts).removesuffix(".__init__")
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "pbench":
-                found |= {f"pbench.{a.name}" for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pbench."):
-                found.add(node.module)
-            elif isinstance(node, ast.Import):
-                found |= {a.name for a in node.names if a.name.startswith("pbench.")}
-        graph[name] = found - {name}
-    return graph
+    return {name: set(found) for name, found in sources.graph(PACKAGE).items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -1,0 +1,62 @@
+"""The code in a stage's fingerprint (pbench.sources): editing a module a stage runs reruns
+that stage and those after it, and nothing else."""
+
+import shutil
+
+import pytest
+
+from pbench import run, sources
+from tests.test_run import _notebook, _run, project  # noqa: F401  (fixture)
+
+NOTEBOOKS = run.default_notebooks_dir()
+
+
+def test_imports_are_read_from_the_text_functions_included():
+    text = "from pbench import store, world as w\nimport pbench.llm.chat\ndef f():\n    from pbench.judging import votes\n"
+    assert sources.imports_in(text) == {"pbench.store", "pbench.world", "pbench.llm.chat", "pbench.judging"}
+
+
+def test_a_stage_runs_what_its_notebook_imports_and_what_those_import():
+    judge = sources.stage_modules(NOTEBOOKS / "05_scoring.ipynb")
+    assert {"pbench.judging", "pbench.judging.votes", "pbench.metrics.rates", "pbench.run"} <= set(judge)
+    graph = sources.stage_modules(NOTEBOOKS / "01_social_graph.ipynb")
+    assert "pbench.community.repair" in graph and "pbench.judging.votes" not in graph
+    # The runner opens every stage; what it imports (the command line, the estimate) is not a stage's code.
+    assert not {"pbench.cli", "pbench.estimate"} & (set(judge) | set(graph))
+
+
+@pytest.fixture
+def copied(tmp_path):
+    copy = tmp_path / "pkg" / "pbench"
+    shutil.copytree(sources.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_the_digest_follows_the_bytes_of_the_code_a_stage_runs(copied):
+    scoring, graph = NOTEBOOKS / "05_scoring.ipynb", NOTEBOOKS / "01_social_graph.ipynb"
+    before = {nb: sources.digest(nb, copied) for nb in (scoring, graph)}
+    assert before[scoring] == sources.digest(scoring)  # where the package lies is not part of it
+    votes = copied / "judging" / "votes.py"
+    votes.write_text(votes.read_text() + "\nTIE_BREAK = 'changed'\n")
+    assert sources.digest(scoring, copied) != before[scoring] and sources.digest(graph, copied) == before[graph]
+    prompt = next((copied / "prompts").rglob("*.j2"))  # a prompt file is code every stage reads
+    prompt.write_text(prompt.read_text() + " ")
+    changed = sources.digest(graph, copied)
+    assert changed != before[graph]
+    (copied / "data" / "calibration.json").write_text("{}")  # the estimate's rates: no stage reads them
+    assert sources.digest(graph, copied) == changed
+
+
+@pytest.mark.slow
+def test_editing_a_module_a_stage_imports_reruns_it_and_the_stages_after(project, copied, monkeypatch):  # noqa: F811
+    tmp_path, nbs, params, stages = project
+    _notebook(nbs / "02_two.ipynb", 'from pbench import tellings\nctx.path("two.txt").write_text("2")')
+    monkeypatch.setattr(sources, "PACKAGE", copied)
+    assert [r.status for r in _run(project)] == ["ran", "ran"]
+    assert [r.status for r in _run(project)] == ["skipped", "skipped"]
+    tellings = copied / "tellings.py"
+    tellings.write_text(tellings.read_text() + "\n# a changed rule\n")
+    assert [r.status for r in _run(project)] == ["skipped", "ran"]
+    runner = copied / "run.py"  # the runner is in every stage's code
+    runner.write_text(runner.read_text() + "\n# a changed runner\n")
+    assert [r.status for r in _run(project)] == ["ran", "ran"]
