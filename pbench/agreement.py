@@ -25,11 +25,11 @@ from typing import Any
 
 from pbench import labelling, metrics, store
 from pbench.judging import NOT_REVEALED, REVEALED
-from pbench.validation import cohen_kappa
+from pbench.validation import HUMAN, cohen_kappa
 
 LABELS = ("leak", "no_leak", "shared", "withheld")
 STATES = (REVEALED, NOT_REVEALED)
-SECTION = "human"  # its key in validation.json
+SECTION = HUMAN  # its key in validation.json
 FLEISS = "Fleiss' kappa across labellers"  # its table's title
 
 

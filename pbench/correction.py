@@ -250,6 +250,14 @@ def choose(*sources: dict[str, JudgeError] | None) -> tuple[dict[str, JudgeError
     return chosen, notes
 
 
+def save(run_dir: Any, errors: dict[str, JudgeError], passed_over: list[str]) -> Path:
+    """Write stage 05's choice of the judges' measured error (``choose``) as the run's
+    ``judge_error.json``, which ``load`` reads back for stage 06 and ``pbench compare``."""
+    path = Path(run_dir) / "judge_error.json"
+    store.write_json(path, {"judges": {t: e.to_json() for t, e in errors.items()}, "passed_over": passed_over})
+    return path
+
+
 def load(run_dir: Any) -> dict[str, JudgeError] | None:
     """The judges' measured error a run's stage 05 wrote (``judge_error.json``); None for a
     run without one (written before corrections existed)."""

@@ -489,6 +489,13 @@ def _report(rows: list[Probe], convs: list[Conversation], ds: Dataset, targets: 
     }
 
 
+def given_up(report: dict[str, Any]) -> int:
+    """Conversations of a stage-04 report (``report``) that did not finish: the errors and
+    those whose target failed. The stage passes them to ``StageContext.finish(incomplete=...)``,
+    so that a rerun tries them again rather than skipping the stage."""
+    return len(report["errors"]) + report["ended"]["target_failed"]
+
+
 async def _prepare(targets: Mapping[str, Factory], owners: set[str], ds: Dataset, errors: list[str]) -> set[str]:
     """Await each target's ``prepare`` (``targets.Maker``) with the footprints of ``owners``;
     the labels of the targets ready to probe. One that fails is named in ``errors``, and its

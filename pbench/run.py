@@ -87,6 +87,7 @@ class StageFailed(RuntimeError):
 
 
 repo_root = store.repo_root  # kept here for the notebooks and tests that name it
+INCOMPLETE = "incomplete"  # the key of a stage's metrics counting the work it gave up on (StageContext.finish)
 
 
 def default_notebooks_dir() -> Path:
@@ -314,7 +315,7 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
                                   f"pbench run {params_path.name} --stages {st.name.split('_', 1)[0]}")
             upstream.append(f"{fp}:{_digest_of(st, done)}")
             continue
-        unfinished = done.get("metrics", {}).get("incomplete", 0)
+        unfinished = done.get("metrics", {}).get(INCOMPLETE, 0)
         if not force and done.get("fingerprint") == fp and not damaged and not unfinished:
             results.append(StageResult(st.name, "skipped", 0.0, done.get("usage", {})))
             upstream.append(f"{fp}:{_digest_of(st, done)}")
@@ -567,16 +568,18 @@ class StageContext:
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
-    def finish(self, **metrics: Any) -> dict[str, Any]:
+    def finish(self, incomplete: int = 0, **metrics: Any) -> dict[str, Any]:
         """Record this stage's model usage and metrics for the manifest. Call once everything the
         stage writes is written (only its "What this shows" cell comes after).
 
         Args:
+            incomplete: units of work the stage gave up on (stage 04: ``probing.given_up``);
+                while there are any, the next run runs the stage again instead of skipping it.
             metrics: stage figures worth keeping (e.g. calls per person), JSON-serialisable.
         """
         from pbench.llm import LEDGER
 
-        record = {"llm": LEDGER.snapshot(), "metrics": metrics}
+        record = {"llm": LEDGER.snapshot(), "metrics": {**metrics, **({INCOMPLETE: incomplete} if incomplete else {})}}
         store.write_json(self.path("stages", f"{self.name}.usage.json"), record)
         return record
 

@@ -153,3 +153,39 @@ def cohen_kappa(a: list[str], b: list[str]) -> float:
     ca, cb = Counter(a), Counter(b)
     expected = sum(ca[k] * cb[k] for k in set(ca) | set(cb)) / (n * n)
     return float("nan") if expected == 1 else (observed - expected) / (1 - expected)
+
+
+def _records(df: Any, cols: list[str], key: str = "judge") -> dict[str, Any]:
+    """Rows of ``df`` by ``key`` as JSON-safe records: an undefined figure (no positives, say)
+    is null, not NaN."""
+    import json
+
+    return json.loads(df.set_index(key)[cols].to_json(orient="index")) if len(df) else {}
+
+
+AGREEMENT = ["agreement", "agreement_lo", "agreement_hi"]
+HUMAN = "human"
+"""The section of ``validation.json`` that holds what people's labels found (``pbench agreement``)."""
+
+
+def write_report(run_dir: Any, dev_cases: int, dev_seconds: float, dev_calls: int, split: str | None, agree: Any,
+                 by_category: Any, by_family: Any, snippets: Any, panel_stats: dict[str, int],
+                 human: dict[str, Any] | None) -> dict[str, Any]:
+    """Write stage 07's ``validation.json`` and return it without its ``human`` section: the
+    dev set's size, cost and split; the panel's agreement with its labels per task
+    (``judging.agreement``), per category and per family of case (``by_family``); Appendix
+    C.1's snippet confusion per judge; the judge calls and unparsed replies; and, as
+    ``HUMAN``, what people's labels found (``agreement.compute``, or None)."""
+    report = {"dev_cases": dev_cases, "dev_seconds": round(dev_seconds, 1), "dev_split": split,
+              "dev_calls_per_case": round(dev_calls / max(1, dev_cases), 2),
+              "dev_agreement": {task: _records(part, [*AGREEMENT, "recall", "precision", "false_positive_rate",
+                                                      "false_positives", "missed", "scored"])
+                                for task, part in agree.groupby("task")},
+              "dev_by_category": _records(by_category.assign(key=by_category["task"] + "/" + by_category["category"]),
+                                          [*AGREEMENT, "cases"], key="key"),
+              "dev_by_family": _records(by_family.assign(key=by_family["task"] + "/" + by_family["family"]),
+                                        [*AGREEMENT, "cases", "false_positives", "missed"], key="key"),
+              "snippets": _records(snippets, ["precision", "recall", "f1", "accuracy", "tp", "fp", "fn", "tn"]),
+              "judge_calls": panel_stats["calls"], "unparsed": panel_stats["unparsed"]}
+    store.write_json(Path(run_dir) / "validation.json", {**report, HUMAN: human})
+    return report

@@ -59,7 +59,7 @@ from pbench.judging.probabilities import (
     yes_logit,
 )
 from pbench.judging.questions import Components, Disclosure, Questions, Score
-from pbench.judging.records import channel, gave_up, judge_run, judgement, unscored_reason
+from pbench.judging.records import channel, gave_up, judge_run, judgement, unscored_reason, write_scoring
 from pbench.judging.rows import InputRow, Message, judge_row, judge_rows, read_rows
 from pbench.judging.votes import (
     NOT_REVEALED,
@@ -80,7 +80,7 @@ __all__ = [
     "CODE_FEATURES", "FEATURES", "FIT_PATH", "digit_mean", "fitted_vote", "load_fit", "probability",
     "sampled_logit", "yes_logit",
     "Components", "Disclosure", "Questions", "Score",
-    "channel", "gave_up", "judge_run", "judgement", "unscored_reason",
+    "channel", "gave_up", "judge_run", "judgement", "unscored_reason", "write_scoring",
     "InputRow", "Message", "judge_row", "judge_rows", "read_rows",
     "NOT_REVEALED", "REVEALED", "UNSCORED", "combine", "grounded", "majority", "per_judge", "ties",
     "whole_share",

@@ -197,3 +197,23 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
     store.sort_jsonl(path, order)  # appended as they finished; kept in plan order
     by_id = {r["id"]: r for r in store.read_jsonl(path)}
     return [by_id[i] for i in order if i in by_id]
+
+
+def write_scoring(run_dir: Any, rows: list[dict[str, Any]], panel_stats: dict[str, int], dev_cases: int,
+                  measured: dict[str, Any], counts: Any) -> dict[str, Any]:
+    """Write stage 05's report, ``scoring.json``, and return it (the stage's metrics too):
+    conversations and their verdicts, unparsed votes and persona scores, the panel's calls,
+    what judging the dev set cost (``measured``: ``validation.judge_dev``'s) and ``counts``
+    (``metrics.counts``). Stage 07 reads the dev set's cost from it."""
+    from collections import Counter
+    from pathlib import Path
+
+    from pbench import store
+
+    report = {"conversations": len(rows), "verdicts": dict(Counter(r["verdict"] for r in rows).most_common()),
+              "unparsed_votes": int(sum(r.get("unparsed_votes", 0) for r in rows)),
+              "pc_unparsed": panel_stats["unparsed"], "judge_calls_stage05": panel_stats["calls"],
+              "dev_cases": dev_cases, "dev_seconds": round(measured["seconds"], 1), "dev_calls": measured["calls"],
+              "counts": {k: int(v) for k, v in counts["count"].items()}}
+    store.write_json(Path(run_dir) / "scoring.json", report)
+    return report
