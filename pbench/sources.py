@@ -5,8 +5,8 @@ reruns that stage (``pbench.run.fingerprint``).
 A stage's code is the closure of the ``pbench`` modules its notebook imports, followed
 through every import in their text, those inside functions included, plus the package's
 data and prompt files (personas, drafting prompts, the judge's fit: the code reads them as
-it runs). ``pbench.run`` is the runner, imported by every notebook to open its stage; its own
-imports are not followed from a notebook, or every stage would stand on the whole package.
+it runs). Notebooks open their stage with ``pbench.stage``, not with the runner, so no
+stage's code takes in the runner and all it imports (the command line, the estimate).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-RUNNER = "pbench.run"
 DATA = ("data", "prompts")
 """Folders of the package whose files the code reads at run time: part of every stage's code."""
 NOT_READ = ("data/calibration.json",)
@@ -82,11 +81,8 @@ def closure(roots: set[str], package: Path | None = None) -> list[str]:
 
 
 def stage_modules(notebook: Path, package: Path | None = None) -> list[str]:
-    """The modules a stage's notebook runs: the closure of its imports, the runner's beyond
-    the runner itself not followed."""
-    roots = notebook_imports(notebook)
-    modules = closure(roots - {RUNNER}, package)
-    return sorted({*modules, RUNNER} if RUNNER in roots else modules)
+    """The modules a stage's notebook runs: the closure of its imports."""
+    return closure(notebook_imports(notebook), package)
 
 
 def digest(notebook: Path, package: Path | None = None) -> str:

@@ -16,7 +16,7 @@ def _notebook(path, body: str) -> None:
     params.metadata["tags"] = ["parameters"]
     nb.cells = [
         params,
-        nbformat.v4.new_code_cell(f"import pbench.run\nctx = pbench.run.stage_context({path.stem!r}, params_path, run_dir)"),
+        nbformat.v4.new_code_cell(f"import pbench.stage\nctx = pbench.stage.stage_context({path.stem!r}, params_path, run_dir)"),
         nbformat.v4.new_code_cell(body),
         nbformat.v4.new_code_cell("ctx.finish()"),
     ]

@@ -18,11 +18,11 @@ def test_imports_are_read_from_the_text_functions_included():
 
 def test_a_stage_runs_what_its_notebook_imports_and_what_those_import():
     judge = sources.stage_modules(NOTEBOOKS / "05_scoring.ipynb")
-    assert {"pbench.judging", "pbench.judging.votes", "pbench.metrics.rates", "pbench.run"} <= set(judge)
+    assert {"pbench.judging", "pbench.judging.votes", "pbench.metrics.rates", "pbench.stage"} <= set(judge)
     graph = sources.stage_modules(NOTEBOOKS / "01_social_graph.ipynb")
     assert "pbench.community.repair" in graph and "pbench.judging.votes" not in graph
-    # The runner opens every stage; what it imports (the command line, the estimate) is not a stage's code.
-    assert not {"pbench.cli", "pbench.estimate"} & (set(judge) | set(graph))
+    # Notebooks open their stage with pbench.stage: the runner and what it imports are no stage's code.
+    assert not {"pbench.run", "pbench.cli", "pbench.estimate"} & (set(judge) | set(graph))
 
 
 @pytest.fixture
@@ -57,6 +57,9 @@ def test_editing_a_module_a_stage_imports_reruns_it_and_the_stages_after(project
     tellings = copied / "tellings.py"
     tellings.write_text(tellings.read_text() + "\n# a changed rule\n")
     assert [r.status for r in _run(project)] == ["skipped", "ran"]
-    runner = copied / "run.py"  # the runner is in every stage's code
+    runner = copied / "run.py"  # the runner is no stage's code ...
     runner.write_text(runner.read_text() + "\n# a changed runner\n")
+    assert [r.status for r in _run(project)] == ["skipped", "skipped"]
+    opened = copied / "stage.py"  # ... but what every notebook opens its stage with is every stage's
+    opened.write_text(opened.read_text() + "\n# a changed context\n")
     assert [r.status for r in _run(project)] == ["ran", "ran"]

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from pbench import agreement, correction, judging, probing, run, validation
+from pbench import agreement, correction, judging, probing, stage, validation
 
 
 def test_judge_error_json_is_read_back_as_it_was_written(tmp_path):
@@ -57,6 +57,6 @@ def test_validation_json_keeps_undefined_figures_as_null_and_the_human_section(t
 def test_stage_04_counts_the_conversations_it_gave_up_on_and_the_runner_retries_while_any(tmp_path):
     report = {"errors": ["c1: prober failed", "c2: prober failed"], "ended": {"target_failed": 1}}
     assert probing.given_up(report) == 3
-    ctx = run.StageContext("04_probing", cfg=None, run_dir=tmp_path)
-    assert ctx.finish(incomplete=3, turns=4)["metrics"] == {"turns": 4, run.INCOMPLETE: 3}
+    ctx = stage.StageContext("04_probing", cfg=None, run_dir=tmp_path)
+    assert ctx.finish(incomplete=3, turns=4)["metrics"] == {"turns": 4, stage.INCOMPLETE: 3}
     assert ctx.finish(incomplete=0, turns=4)["metrics"] == {"turns": 4}
