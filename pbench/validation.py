@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +144,14 @@ def per_judge_confusion(rows: list[InputRow], results: list[dict[str, Any]]):
 
 
 def cohen_kappa(a: list[str], b: list[str]) -> float:
-    """Cohen's kappa of two raters over the same items (NaN when agreement by chance is 1)."""
-    n = len(a)
-    if n == 0:
+    """Cohen's kappa of two raters over the same items (scikit-learn's ``cohen_kappa_score``;
+    NaN when there are none, or when agreement by chance is 1)."""
+    labels = sorted(set(a) | set(b))
+    if len(labels) < 2:  # no items, or one label for all: chance agrees with certainty
         return float("nan")
-    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
-    ca, cb = Counter(a), Counter(b)
-    expected = sum(ca[k] * cb[k] for k in set(ca) | set(cb)) / (n * n)
-    return float("nan") if expected == 1 else (observed - expected) / (1 - expected)
+    from sklearn.metrics import cohen_kappa_score
+
+    return float(cohen_kappa_score(a, b, labels=labels, replace_undefined_by=float("nan")))
 
 
 def _records(df: Any, cols: list[str], key: str = "judge") -> dict[str, Any]:

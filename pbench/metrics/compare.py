@@ -95,6 +95,10 @@ def permutation_test(metric: str, a: list[dict[str, Any]], b: list[dict[str, Any
     2/2 over 2 secrets has 4 arrangements, 2 as extreme as observed: p = 0.5, so it can never
     be called a difference, whatever an interval says.
 
+    Ours, not ``scipy.stats.permutation_test``: scipy permutes observations of equal-length
+    paired samples or pools independent ones, while this moves clusters whose rates are
+    ratios of sums, leaves a secret probed in one arm where it is, and reports ``p_min``.
+
     Returns:
         ``p``, ``p_min`` (the smallest p these arrangements allow, reached by the most extreme
         of them; NaN for random arrangements), ``arrangements`` (how many were weighed),

@@ -13,7 +13,11 @@ BOOTSTRAP = 2000
 
 
 def wilson(successes: float, n: float, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score 95% interval of a proportion: above 0 for 0/n, below 1 for n/n."""
+    """Wilson score 95% interval of a proportion: above 0 for 0/n, below 1 for n/n.
+
+    Ours, not scipy's ``binomtest(k, n).proportion_ci("wilson")``: ``clustered_interval`` calls
+    it with the effective n of a cluster design, which is not a whole number, and scipy takes
+    whole counts only (statsmodels' ``proportion_confint`` would, but is not a dependency)."""
     if n <= 0:
         return math.nan, math.nan
     p = successes / n
