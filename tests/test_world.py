@@ -184,3 +184,10 @@ def test_the_estimate_of_a_run_on_a_world_counts_what_the_world_holds(tmp_path, 
     assert (v["users"], v["documents"], v["secrets"], v["tellings"]) == (
         len(held["people"]), len(held["documents"]), len(held["secrets"]), len(held["sharing"]))
     assert v["probed_secrets"] == min(len(held["secrets"]), cfg.probing.secrets or len(held["secrets"]))
+
+
+def test_the_worlds_generator_is_served_as_the_file_serves_its_model_in_other_roles(tmp_path, pack):
+    served = {"provider": "local", "model": "qwen2.5-coder-1.5b", "n_parallel": 4, "n_ctx": 16384}
+    cfg = config.load(_params(tmp_path, pack, **{"models.assistant": [served]}))  # one server for both
+    assert (cfg.models.generator.model, cfg.models.generator.n_parallel, cfg.models.generator.n_ctx) == \
+        ("qwen2.5-coder-1.5b", 4, 16384)

@@ -132,10 +132,22 @@ def _filled(data: dict[str, Any], world: worlds.World) -> dict[str, Any]:
             node = node[part]
         if isinstance(theirs, dict):
             fixed = {k: v for k, v in theirs.items() if not (parent and k in SERVING)}
-            node[key] = {**fixed, **(node.get(key) or {})}
+            node[key] = {**fixed, **_served_like(data, fixed), **(node.get(key) or {})}
         else:
             node.setdefault(key, theirs)
     return out
+
+
+def _served_like(data: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """How the file serves ``spec``'s local model in another role (``LOCAL_ONLY``: one server
+    serves every role bound to it, so they agree), or nothing."""
+    models = data.get("models") or {}
+    for role in models.values():
+        for other in role if isinstance(role, list) else [role]:
+            if isinstance(other, dict) and other.get("provider") == spec.get("provider") == "local" \
+                    and other.get("model") == spec.get("model"):
+                return {k: other[k] for k in LOCAL_ONLY if k in other and k != "sha256"}
+    return {}
 
 
 def _refuse_changes(cfg: RunConfig, world: worlds.World, source: str) -> None:
