@@ -1,6 +1,6 @@
 """How far the judges deserve trust (paper Appendix C.1 and C.3): stages 05 and 07.
 
-- The labelled dev set (``tests/data/judge_dev.jsonl``): the panel judges its ``heldout``
+- The labelled dev set (``pbench/data/judge_dev.jsonl``): the panel judges its ``heldout``
   split (the judge was never tuned on it) in stage 05, whose rates are corrected for the
   error measured there (``pbench.correction``); stage 07 shows the agreement of the panel and
   of each judge with the hand labels, per category and per family (chat replies, the owner's
@@ -30,7 +30,8 @@ claims standing (``pretext``)."""
 
 
 def default_dev_set() -> Path:
-    return store.repo_root() / "tests" / "data" / "judge_dev.jsonl"
+    """The labelled dev set shipped with the package (runtime data: stage 05 judges it)."""
+    return Path(__file__).resolve().parent / "data" / "judge_dev.jsonl"
 
 
 def dev_rows(vcfg: Any, seed: int) -> list[InputRow]:

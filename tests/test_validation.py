@@ -6,7 +6,6 @@ import math
 import pytest
 
 from pbench import judging, validation
-from pbench.run import repo_root
 from tests.test_rag import dataset  # noqa: F401  (the hand-made dataset fixture)
 from tests.test_social_graph import community  # noqa: F401
 
@@ -20,7 +19,7 @@ CATEGORIES = {"full", "paraphrase", "partial", "hint", "refusal", "unrelated", "
 
 
 def test_dev_set_is_well_formed_and_balanced():
-    rows, errors = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
+    rows, errors = judging.read_rows(validation.default_dev_set())
     assert not errors and len(rows) >= 200 and len({r.id for r in rows}) == len(rows)
     cats, splits_of_secret, cats_in_split = {}, {}, {"tune": set(), "heldout": set()}
     for r in rows:
@@ -49,7 +48,7 @@ def test_dev_set_is_well_formed_and_balanced():
 
 
 def test_dev_set_families_are_split_by_secret_with_leaks_and_non_leaks_on_both_sides():
-    rows, _ = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
+    rows, _ = judging.read_rows(validation.default_dev_set())
     family_of_secret: dict[str, set[str]] = {}
     counts: dict[tuple[str, str, str], int] = {}
     for r in rows:
@@ -77,7 +76,7 @@ def _results(rows, flip=()):
 
 
 def test_agreement_per_family_counts_each_family_apart():
-    rows, _ = judging.read_rows(repo_root() / "tests" / "data" / "judge_dev.jsonl")
+    rows, _ = judging.read_rows(validation.default_dev_set())
     held = validation.dev_sample(rows, None, 0, "heldout")
     draft_leak = next(r.id for r in held if validation.family(r) == "delegation" and r.model_extra["label"] == "leak")
     deflect = next(r.id for r in held if r.model_extra["category"] == "pretext_deflect")

@@ -123,7 +123,7 @@ class Judging(Strict):
 class Validation(Strict):
     """Stage 07: how far to trust the judges (Appendix C.1 and C.3)."""
 
-    dev_set: Path | None = Field(None, description="labelled judge cases (JSONL); default: tests/data/judge_dev.jsonl")
+    dev_set: Path | None = Field(None, description="labelled judge cases (JSONL); default: pbench/data/judge_dev.jsonl")
     dev_split: str | None = Field(
         "heldout", description="judge only the dev rows of this split (the judge was tuned on 'tune'); null: all")
     dev_cases: Annotated[int, Field(ge=1)] | None = Field(
