@@ -260,7 +260,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
     if args.calibrate:
         data = estimate.calibrate(args.calibrate, measure_if_missing=True)
-        out = Path(args.output or estimate.CALIBRATION)
+        out = Path(args.output or store.user_dir() / estimate.CALIBRATION.name)
         store.write_json(out, data)
         print(f"{out}: per-call figures of {data['source']} ({len(data['per'])} stage roles)")
         return 0
@@ -343,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--output", help="JSONL verdicts (written whole at the end)")
     j.add_argument("--fit", action="store_true",
                    help="fit the combined judge's weights (and its confidants' shared/withheld cut) on the input's "
-                        "tune split with this panel's judge model, write pbench/data/judge_fit.json, and print them")
+                        "tune split with this panel's judge model, write judge_fit.json in the user's folder "
+                        "($PBENCH_HOME, else ~/.config/pbench; read before the package's), and print them")
     j.add_argument("--explain", action="store_true", help="print the combined judge's fitted weights and stop")
     j.add_argument("--split", help="judge only the rows whose 'split' field is this (e.g. heldout)")
     j.add_argument("--derive", action="store_true", help="ignore the rows' components and derive them (audit)")
@@ -368,13 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--latency", type=float, default=1.0, help="seconds per hosted call (default 1)")
     e.add_argument("--price", type=_price, action="append", metavar="MODEL=IN,OUT",
                    help="dollars per million input and output tokens for a model (label or name); repeatable")
-    e.add_argument("--calibration", help="per-call figures (default pbench/data/calibration.json)")
+    e.add_argument("--calibration", help="per-call figures (default: the user's, else the package's)")
     e.add_argument("--against", metavar="RUN", help="compare with a finished run's manifest")
     e.add_argument("--json", action="store_true", help="the estimate as JSON")
     e.add_argument("--no-measure", action="store_true",
                    help="do not measure this machine's model rates (a few seconds); use kept ones or per-call figures")
     e.add_argument("--calibrate", metavar="RUN", help="measure per-call figures on a finished run instead")
-    e.add_argument("--output", help="with --calibrate: where to write them (default pbench/data/calibration.json)")
+    e.add_argument("--output", help="with --calibrate: where to write them (default: calibration.json in "
+                                             "$PBENCH_HOME, else ~/.config/pbench)")
     e.set_defaults(func=_estimate)
 
     a = sub.add_parser("agreement", help="people's labels of a run (exported by its label.html) against its judges")

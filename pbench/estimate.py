@@ -21,7 +21,8 @@ Counts come from the parameters, by the plan's own arithmetic:
 
 What the arithmetic cannot know (parse retries, redrafts, regenerations; how long prompts and
 replies are) comes from a calibration run: ``pbench/data/calibration.json``, measured on a
-finished run by ``pbench estimate --calibrate RUN``. It holds, per stage and role, observed
+finished run by ``pbench estimate --calibrate RUN`` (which writes the user's own,
+``store.user_dir``, read first). It holds, per stage and role, observed
 calls over the arithmetic's calls, and prompt and completion tokens per call, with the
 structure that explains them: an assistant's prompt grows with the documents retrieved and
 the conversation so far, a prober's with the conversation, stage 05's judge prompts with the
@@ -364,7 +365,9 @@ def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
-    path = Path(path) if path else CALIBRATION
+    """Per-call figures from ``path``, else the user's own (``pbench estimate --calibrate``),
+    else the package's (``CALIBRATION``)."""
+    path = Path(path) if path else store.user_or_shipped(CALIBRATION.name)
     data = store.read_json(path)
     if not data or "per" not in data:
         raise FileNotFoundError(f"{path}: not a calibration file (make one with pbench estimate --calibrate RUN)")
@@ -445,7 +448,7 @@ def estimate(cfg: RunConfig, source: str = "", calibration: dict[str, Any] | Non
     Args:
         cfg: the parameters.
         source: what to call them in the printout (the file name).
-        calibration: per-call figures (default ``pbench/data/calibration.json``).
+        calibration: per-call figures (default ``load_calibration``'s).
         latency_s: seconds a hosted or served call takes.
         prices: dollars per million (input, output) tokens by model label or name; they win
             over the specs' ``price_per_mtok``.

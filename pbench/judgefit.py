@@ -14,7 +14,7 @@ Per (reply, core component) the panel gathers what ``Panel._combined`` reads (``
 
 A logistic regression (L2-penalised, Newton's method) on the tune rows' per-component labels
 (``components_revealed``; rows of one exchange) gives the weights and a cut, written with the
-fit's own figures to ``pbench/data/judge_fit.json`` by ``pbench judge --fit``; ``--explain``
+fit's own figures to the user's ``judge_fit.json`` (``store.user_dir``) by ``pbench judge --fit``; ``--explain``
 prints them. A second fit without the model term (``without_model``) decides where a
 provider returns no log-probabilities. The held-out split is judged with them, never fitted on.
 
@@ -35,7 +35,6 @@ import numpy as np
 
 from pbench import judging, llm
 
-FIT_FILE = Path(__file__).parent / "data" / judging.FIT_PATH
 
 
 def pairs(panel: judging.Panel, rows: list[Any], progress: Any = None) -> list[dict[str, Any]]:
@@ -142,9 +141,12 @@ def fit_cut(items: list[dict[str, Any]]) -> dict[str, Any] | None:
             "unread": len(items) - len(read), "accuracy_tune": round(best, 4)}
 
 
-def write(found: dict[str, Any], path: Path = FIT_FILE) -> Path:
+def write(found: dict[str, Any], path: Path | None = None) -> Path:
+    """Write a fit to ``path``, by default the user's ``judge_fit.json`` (``store.user_dir``),
+    which ``judging.load_fit`` then reads before the one the package ships."""
     from pbench import store
 
+    path = path or store.user_dir() / judging.FIT_PATH
     store.atomic_write_text(path, json.dumps(found, indent=1, sort_keys=True) + "\n")
     return path
 

@@ -5,7 +5,7 @@ reruns that stage (``pbench.run.fingerprint``).
 A stage's code is the closure of the ``pbench`` modules its notebook imports, followed
 through every import in their text, those inside functions included, plus the package's
 data and prompt files (personas, drafting prompts, the judge's fit: the code reads them as
-it runs). Notebooks open their stage with ``pbench.stage``, not with the runner, so no
+it runs), and the user's own judge fit where there is one. Notebooks open their stage with ``pbench.stage``, not with the runner, so no
 stage's code takes in the runner and all it imports (the command line, the estimate).
 """
 
@@ -17,11 +17,16 @@ import json
 from functools import cache
 from pathlib import Path
 
+from pbench import store
+
 PACKAGE = Path(__file__).resolve().parent
 DATA = ("data", "prompts")
 """Folders of the package whose files the code reads at run time: part of every stage's code."""
 NOT_READ = ("data/calibration.json",)
 """Files there that no stage reads: the estimate's measured rates (``pbench.estimate``)."""
+USER_READ = ("judge_fit.json",)
+"""Files of the user's folder (``store.user_dir``) that stage code reads before the package's:
+the judge's own fit (``pbench judge --fit``)."""
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -98,4 +103,8 @@ def digest(notebook: Path, package: Path | None = None) -> str:
     for f in files:
         h.update(f"{f.relative_to(package.parent).as_posix()}\n".encode())
         h.update(hashlib.sha256(f.read_bytes()).digest())
+    for name in USER_READ:
+        if (mine := store.user_dir() / name).is_file():
+            h.update(f"user:{name}\n".encode())
+            h.update(hashlib.sha256(mine.read_bytes()).digest())
     return h.hexdigest()

@@ -23,6 +23,26 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+HOME_ENV = "PBENCH_HOME"
+"""The environment variable naming the user's pbench folder (default: ``$XDG_CONFIG_HOME/pbench``)."""
+
+
+def user_dir() -> Path:
+    """The user's pbench folder, where ``pbench judge --fit`` and ``pbench estimate --calibrate``
+    write (an installed package is read-only, and two projects would overwrite each other's):
+    ``$PBENCH_HOME``, else ``$XDG_CONFIG_HOME/pbench``, else ``~/.config/pbench``."""
+    if named := os.environ.get(HOME_ENV):
+        return Path(named)
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "pbench"
+
+
+def user_or_shipped(name: str) -> Path:
+    """``name`` in the user's folder (``user_dir``) where it exists there, else the one the
+    package ships in ``pbench/data``."""
+    mine = user_dir() / name
+    return mine if mine.is_file() else Path(__file__).resolve().parent / "data" / name
+
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -11,9 +11,19 @@ from typing import Any
 
 import pytest
 
+from pbench import store
 from pbench.llm import RawReply
 
 LOCAL = {"provider": "local", "model": "qwen2.5-0.5b"}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_user_dir(tmp_path_factory):
+    """Tests read and write a user folder of their own, never the person's (``store.user_dir``)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(store.HOME_ENV, str(tmp_path_factory.mktemp("pbench_home")))
+    yield
+    patch.undo()
 
 
 def minimal_params(**overrides: Any) -> dict[str, Any]:

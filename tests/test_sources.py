@@ -63,3 +63,19 @@ def test_editing_a_module_a_stage_imports_reruns_it_and_the_stages_after(project
     opened = copied / "stage.py"  # ... but what every notebook opens its stage with is every stage's
     opened.write_text(opened.read_text() + "\n# a changed context\n")
     assert [r.status for r in _run(project)] == ["ran", "ran"]
+
+
+def test_fits_and_calibrations_are_the_users_own_read_before_the_packages(tmp_path, monkeypatch):
+    from pbench import estimate, judgefit, judging, store
+
+    monkeypatch.setenv(store.HOME_ENV, str(tmp_path / "home"))
+    shipped, package_fit = judging.load_fit(), (sources.PACKAGE / "data" / judging.FIT_PATH).read_bytes()
+    scoring = NOTEBOOKS / "05_scoring.ipynb"
+    before = sources.digest(scoring)
+    written = judgefit.write({**(shipped or {}), "cut": 0.123})  # pbench judge --fit
+    assert written == tmp_path / "home" / judging.FIT_PATH and judging.load_fit()["cut"] == 0.123
+    assert (sources.PACKAGE / "data" / judging.FIT_PATH).read_bytes() == package_fit  # the package untouched
+    assert sources.digest(scoring) != before  # verdicts may change: the stages that judge rerun
+    assert estimate.load_calibration()["per"]  # none of the user's: the package's
+    store.write_json(tmp_path / "home" / "calibration.json", {"per": {"x": 1}, "source": "mine"})
+    assert estimate.load_calibration()["source"] == "mine"

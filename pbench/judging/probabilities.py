@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 # What the ``combined`` method weighs per (reply, component); fitted on the dev set's tune split
-# (``pbench judge --fit``), the weights in ``pbench/data/judge_fit.json``.
+# (``pbench judge --fit``), the weights in the user's ``judge_fit.json`` (``store.user_dir``),
+# else the one shipped in ``pbench/data/``.
 FEATURES = ("bias", "model", "similarity", "code", "confirmed", "echo", "pinned")
 CODE_FEATURES = tuple(f for f in FEATURES if f != "model")  # the fit used where a provider gives no log-probabilities
 FIT_PATH = "judge_fit.json"
@@ -69,11 +70,14 @@ def sampled_logit(texts: list[str]) -> float | None:
 
 
 def load_fit(path: Any = None) -> dict[str, Any] | None:
-    """The fitted weights of the ``combined`` method (None when never fitted)."""
+    """The fitted weights of the ``combined`` method (None when never fitted): from ``path``,
+    else the user's own fit (``pbench judge --fit``), else the one the package ships."""
     import json
     from pathlib import Path
 
-    path = Path(path) if path else Path(__file__).parents[1] / "data" / FIT_PATH
+    from pbench import store
+
+    path = Path(path) if path else store.user_or_shipped(FIT_PATH)
     return json.loads(path.read_text()) if path.exists() else None
 
 
