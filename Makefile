@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PARAMS ?= params/tiny.yaml
 
-.PHONY: demo install models run lab test test-fast browser bench clean-venv
+.PHONY: demo install models run lab lint test test-fast browser bench clean-venv
 
 demo: install models run
 
@@ -37,8 +37,12 @@ lab: install
 	$(BIN)/jupyter lab --notebook-dir=notebooks --KernelManager.transport_encryption=auto \
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
+# The linter's rules are pyproject.toml's [tool.ruff]: it must find nothing.
+lint: install
+	$(BIN)/ruff check pbench
+
 # pytest exits 5 when it collects nothing: treat that as a failure, not a pass.
-test: install models browser
+test: install models browser lint
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
@@ -52,7 +56,7 @@ browser:
 	    echo "warning: could not install chromium; the report's browser test will be skipped" >&2; \
 	  else echo "note: chromium not found; the report's browser test will be skipped" >&2; fi; }
 
-test-fast: install
+test-fast: install lint
 	$(BIN)/python -m pytest -m "not slow"
 
 # Every benchmark, each printing its figures (about 40 minutes on 2 cores, the tiny run included).

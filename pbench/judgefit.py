@@ -26,6 +26,7 @@ best (``fit_cut``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -128,7 +129,7 @@ def fit_cut(items: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not read:
         return None
     xs = sorted({float(x["logit"]) for x in read})
-    cands = [xs[0] - 1.0, *((a + b) / 2 for a, b in zip(xs, xs[1:])), xs[-1] + 1.0]
+    cands = [xs[0] - 1.0, *((a + b) / 2 for a, b in itertools.pairwise(xs)), xs[-1] + 1.0]
 
     def accuracy(cut: float) -> float:
         return sum((x["logit"] >= cut) == x["shared"] for x in read) / len(read)

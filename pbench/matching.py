@@ -311,7 +311,7 @@ def units(reply: str, question: str, owner: str, asker: str = "the asker") -> li
         # (in the owner's chats, the owner).
         me, you = (owner, asker) if who is None or same_person(who, owner) else (who, owner)
 
-        def asker_part(part: str) -> bool:
+        def asker_part(part: str, me: str = me, you: str = you) -> bool:
             return about_asker(speaker_to_third(part, me, you), owner, asker)
 
         pairs = [f"{a}, {b}" for a, b in zip(parts, parts[1:], strict=False) if not (asker_part(a) or asker_part(b))]

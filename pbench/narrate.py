@@ -84,7 +84,7 @@ def retrieval(exposure: Any, k: int) -> str:
                 cut = 1 - r["carrying a secret they may not know"] / base["carrying a secret they may not know"]
                 lines.append(f"- {d.replace('_', ' ')} removes {100 * cut:.0f}% of what plain retrieval exposes "
                              "to this asker.")
-    lines.append(f"- One question per secret is a screen, not a measurement: stage 04's conversations give the "
+    lines.append("- One question per secret is a screen, not a measurement: stage 04's conversations give the "
                  "inappropriate retrieval rate with its interval.")
     return "\n".join(lines)
 

@@ -66,7 +66,7 @@ def audience(doc: Document, view: CommunityView) -> list[str]:
 def epoch(t: dt.datetime | dt.date) -> int:
     if not isinstance(t, dt.datetime):
         t = dt.datetime.combine(t, dt.time())
-    return int(t.replace(tzinfo=dt.timezone.utc).timestamp())
+    return int(t.replace(tzinfo=dt.UTC).timestamp())
 
 
 def metadata(doc: Document, view: CommunityView, sensitive: bool | None) -> dict[str, Any]:
@@ -376,7 +376,7 @@ class Assistant:
         shown = []
         for d in docs:
             others = [self.view.name(p) for p in d.meta["participants"] if p != self.owner and p in self.view.people]
-            when = dt.datetime.fromtimestamp(d.meta["timestamp"], dt.timezone.utc).date().isoformat()
+            when = dt.datetime.fromtimestamp(d.meta["timestamp"], dt.UTC).date().isoformat()
             shown.append({"kind": d.meta["kind"].replace("_", " "), "when": when, "with": ", ".join(others), "text": d.text})
         if reader is not None:
             system = prompts.render("rag", f"draft_{self.prompt}", owner=owner, date=day.isoformat(), documents=shown,

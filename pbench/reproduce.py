@@ -87,7 +87,7 @@ def differences(a: str | Path, b: str | Path) -> dict[str, str]:
         la, lb = normalised(a / f, a), normalised(b / f, b)
         if la == lb:
             continue
-        differ = [k for k, (x, y) in enumerate(zip(la, lb)) if x != y] + list(range(min(len(la), len(lb)),
+        differ = [k for k, (x, y) in enumerate(zip(la, lb, strict=False)) if x != y] + list(range(min(len(la), len(lb)),
                                                                                     max(len(la), len(lb))))
         i = differ[0]
         first = la[i] if i < len(la) else "(end)"

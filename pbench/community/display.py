@@ -65,7 +65,7 @@ def draw_graph_at(view: CommunityView, dates: list[dt.date], path: Path | None =
     palette = plt.get_cmap("Pastel1")
     group_colour = {g: palette(i % 9) for i, g in enumerate(view.groups)}
     fig, axes = plt.subplots(1, len(dates), figsize=(5.5 * len(dates), 5.2), squeeze=False)
-    for ax, t in zip(axes[0], dates):
+    for ax, t in zip(axes[0], dates, strict=True):
         g = view.graph_at(t)
         for u, v, data in g.edges(data=True):
             (x1, y1), (x2, y2) = layout[u], layout[v]

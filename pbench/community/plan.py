@@ -116,7 +116,7 @@ class Planner:
                                                  facts=identities.persona_facts(cand["persona"]), taken=taken)
                 taken.add(ident.name)
                 idents.append(ident)
-            out.append((pid, list(zip(cands, idents))))
+            out.append((pid, list(zip(cands, idents, strict=False))))
         return out
 
     def newcomers(self, people: list[Person], size: int, taken: set[str]) -> list[Newcomer]:

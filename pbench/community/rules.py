@@ -40,6 +40,7 @@ different times or over different days, and ``community.json`` reports both:
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -142,7 +143,7 @@ def _attribute_timeline(view: CommunityView) -> list[str]:
             values.sort(key=lambda a: a.valid_from)
             if values[0].valid_from != start or values[-1].valid_to != end:
                 out.append(f"{p.id}.{name}: does not cover the period")
-            for prev, nxt in zip(values, values[1:]):
+            for prev, nxt in itertools.pairwise(values):
                 if nxt.valid_from <= prev.valid_to:
                     out.append(f"{p.id}.{name}: periods overlap")
                 elif nxt.valid_from != prev.valid_to + DAY:

@@ -59,7 +59,7 @@ from pbench.config.targets import (
 
 __all__ = [
     "ConfigError", "Fraction", "IntRange", "Strict",
-    "FILE_FIELDS", "load", "parse", "verify_model_files",
+    "FILE_FIELDS", "WORLD_ENV", "load", "parse", "verify_model_files",
     "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
     "RunConfig",
     "CHAT_STRATEGIES", "DRAFT_ROUNDS", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",

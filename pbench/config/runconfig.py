@@ -66,7 +66,7 @@ class RunConfig(Strict):
         """The parameters as plain data that ``parse`` reads back (a hosted model's spec
         without the fields only local models take)."""
         data = self.model_dump(mode="json")
-        for role, value in data["models"].items():
+        for value in data["models"].values():
             for spec in value if isinstance(value, list) else [value]:
                 if spec is not None and spec["provider"] != "local":
                     for key in LOCAL_ONLY:

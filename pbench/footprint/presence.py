@@ -5,6 +5,7 @@ missing."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ def spans(text: str) -> list[str]:
     """Sentences of a document (speaker names removed) and pairs of consecutive sentences."""
     parts = [re.sub(r"^[^:\n]{1,40}:\s*", "", p).strip() for p in matching.sentences(text)]
     parts = [p for p in parts if len(p) > 3]
-    return parts + [f"{a} {b}" for a, b in zip(parts, parts[1:])]
+    return parts + [f"{a} {b}" for a, b in itertools.pairwise(parts)]
 
 
 _STOP = set("""a an the and or but of to in on at for with by from as is are was were be been being has have had
