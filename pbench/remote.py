@@ -67,14 +67,19 @@ def parse_reply(body: Any) -> Turn:
 
 
 async def _with_retries(label: str, what: str, attempt: Any, retries: int, retried: tuple[type, ...]) -> Any:
-    """``await attempt()``, retried ``retries`` times on ``retried`` errors; then ``TargetError``."""
-    for n in range(retries + 1):
-        try:
-            return await attempt()
-        except retried as exc:
-            if n == retries:
-                raise TargetError(f"target {label}: {what} failed after {n + 1} tries ({_describe(exc)})") from exc
-            await asyncio.sleep(BACKOFF_S * 2 ** n)
+    """``await attempt()``, retried ``retries`` times on ``retried`` errors, ``BACKOFF_S``
+    doubling between tries (tenacity); then ``TargetError``."""
+    import tenacity
+
+    try:
+        async for tried in tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(retries + 1),
+                                                  wait=tenacity.wait_exponential(multiplier=BACKOFF_S),
+                                                  retry=tenacity.retry_if_exception_type(retried), reraise=True):
+            with tried:
+                return await attempt()
+    except retried as exc:
+        raise TargetError(f"target {label}: {what} failed after {retries + 1} tries ({_describe(exc)})") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _describe(exc: BaseException) -> str:

@@ -151,28 +151,45 @@ class ChatModel:
 
     async def _call_with_retries(self, messages: Sequence[Message], schema: dict[str, Any] | None,
                                  settings: dict[str, Any]) -> RawReply:
-        who, delay = f"{self.role} model {self.label}", self.backoff_s
-        for attempt in range(self.spec.max_retries + 1):
-            start = time.perf_counter()
-            try:
-                reply = await asyncio.wait_for(self.backend.generate(messages, schema=schema, settings=settings),
-                                               self.spec.timeout_s)
-            except TRANSIENT_ERRORS as exc:
-                self._count(calls=1, seconds=time.perf_counter() - start)
-                if attempt == self.spec.max_retries:
-                    self._count(give_ups=1)
-                    raise LLMError(f"{who}: gave up after {attempt + 1} attempts ({type(exc).__name__}: {exc})") from exc
-                self._count(retries=1)
-                await asyncio.sleep(min(delay, 30.0) * (0.5 + random.random()))
-                delay *= 2
-                continue
-            except REFUSALS as exc:
-                self._count(calls=1, give_ups=1, seconds=time.perf_counter() - start)
-                raise refused(who, exc) from exc
-            self._count(calls=1, seconds=time.perf_counter() - start, prompt_tokens=reply.prompt_tokens,
-                        completion_tokens=reply.completion_tokens, reused_prompt_tokens=reply.reused_tokens)
-            return reply
-        raise AssertionError("unreachable")  # pragma: no cover
+        """One reply from the backend, a transient failure retried ``spec.max_retries`` times
+        (tenacity) after a jittered backoff doubling from ``backoff_s`` (at most 30 s), each
+        attempt, retry and give-up counted; a refusal is never retried."""
+        import tenacity
+
+        who = f"{self.role} model {self.label}"
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            return min(self.backoff_s * 2 ** (state.attempt_number - 1), 30.0) * (0.5 + random.random())
+
+        retrying = tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(self.spec.max_retries + 1), wait=wait,
+                                          retry=tenacity.retry_if_exception_type(TRANSIENT_ERRORS),
+                                          before_sleep=lambda state: self._count(retries=1), reraise=True)
+        try:
+            async for tried in retrying:
+                with tried:
+                    reply = await self._call_once(who, messages, schema, settings)
+        except TRANSIENT_ERRORS as exc:
+            self._count(give_ups=1)
+            raise LLMError(f"{who}: gave up after {self.spec.max_retries + 1} attempts "
+                           f"({type(exc).__name__}: {exc})") from exc
+        return reply
+
+    async def _call_once(self, who: str, messages: Sequence[Message], schema: dict[str, Any] | None,
+                         settings: dict[str, Any]) -> RawReply:
+        """One request to the backend within ``spec.timeout_s``, its call and time counted."""
+        start = time.perf_counter()
+        try:
+            reply = await asyncio.wait_for(self.backend.generate(messages, schema=schema, settings=settings),
+                                           self.spec.timeout_s)
+        except TRANSIENT_ERRORS:
+            self._count(calls=1, seconds=time.perf_counter() - start)
+            raise
+        except REFUSALS as exc:
+            self._count(calls=1, give_ups=1, seconds=time.perf_counter() - start)
+            raise refused(who, exc) from exc
+        self._count(calls=1, seconds=time.perf_counter() - start, prompt_tokens=reply.prompt_tokens,
+                    completion_tokens=reply.completion_tokens, reused_prompt_tokens=reply.reused_tokens)
+        return reply
 
 
 def request_settings(spec: ModelSpec, temperature: float | None, max_tokens: int | None,
