@@ -47,6 +47,7 @@ def rate(agree: int, n: int) -> dict[str, Any]:
 def fleiss_kappa(counts: list[list[int]]) -> float:
     """Fleiss' kappa from, per item, how many raters chose each category (every item rated by
     the same number of raters, at least two); NaN when chance agreement is 1 or no item.
+    (statsmodels' ``fleiss_kappa`` computes the same, but nothing else here needs statsmodels.)
 
     >>> round(fleiss_kappa([[2, 0], [0, 2], [1, 1]]), 4)
     0.3333
