@@ -5,8 +5,9 @@ reruns that stage (``pbench.run.fingerprint``).
 A stage's code is the closure of the ``pbench`` modules its notebook imports, followed
 through every import in their text, those inside functions included, plus the package's
 data and prompt files (personas, drafting prompts, the judge's fit: the code reads them as
-it runs), and the user's own judge fit where there is one. Notebooks open their stage with ``pbench.stage``, not with the runner, so no
-stage's code takes in the runner and all it imports (the command line, the estimate).
+it runs), and the user's own judge fit where there is one. Notebooks open their stage with
+``pbench.stage``, not with the runner, so no stage's code takes in the runner and all it
+imports (the command line, the estimate).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+"""The data the package ships (``pbench/data``): personas, the judge's dev set and fit, the calibration."""
 HOME_ENV = "PBENCH_HOME"
 """The environment variable naming the user's pbench folder (default: ``$XDG_CONFIG_HOME/pbench``)."""
 
@@ -40,7 +42,7 @@ def user_or_shipped(name: str) -> Path:
     """``name`` in the user's folder (``user_dir``) where it exists there, else the one the
     package ships in ``pbench/data``."""
     mine = user_dir() / name
-    return mine if mine.is_file() else Path(__file__).resolve().parent / "data" / name
+    return mine if mine.is_file() else PACKAGE_DATA / name
 
 
 _UMASK = os.umask(0)

@@ -31,7 +31,7 @@ claims standing (``pretext``)."""
 
 def default_dev_set() -> Path:
     """The labelled dev set shipped with the package (runtime data: stage 05 judges it)."""
-    return Path(__file__).resolve().parent / "data" / "judge_dev.jsonl"
+    return store.PACKAGE_DATA / "judge_dev.jsonl"
 
 
 def dev_rows(vcfg: Any, seed: int) -> list[InputRow]:

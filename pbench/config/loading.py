@@ -146,7 +146,7 @@ def _served_like(data: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         for other in role if isinstance(role, list) else [role]:
             if isinstance(other, dict) and other.get("provider") == spec.get("provider") == "local" \
                     and other.get("model") == spec.get("model"):
-                return {k: other[k] for k in LOCAL_ONLY if k in other and k != "sha256"}
+                return {k: other[k] for k in SERVING if k in LOCAL_ONLY and k in other}
     return {}
 
 

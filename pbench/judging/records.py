@@ -6,9 +6,11 @@ was given up. ``judge_run`` writes them to ``judgements.jsonl``, resumably."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
-from pbench import audit
+from pbench import audit, store
 from pbench.config import DRAFTING, NO_PROMPT
 from pbench.judging.panel import Panel
 from pbench.judging.votes import REVEALED, UNSCORED, per_judge, ties
@@ -154,9 +156,6 @@ def judge_run(ds: Any, convs: list[Any], panel: Panel, run_dir: Any, in_flight: 
     Planned conversations that stage 04 gave up get an unscored record, replaced when a rerun
     finishes them. ``in_flight`` conversations at once (default ``panel.in_flight``).
     Returns every judgement of the run, in plan (else conversation) order."""
-    from pathlib import Path
-
-    from pbench import store
     from pbench.llm import flush_caches, run_sync
 
     path = Path(run_dir) / "judgements.jsonl"
@@ -206,11 +205,6 @@ def write_scoring(run_dir: Any, rows: list[dict[str, Any]], panel_stats: dict[st
     conversations and their verdicts, unparsed votes and persona scores, the panel's calls,
     what judging the dev set cost (``measured``: ``validation.judge_dev``'s) and ``counts``
     (``metrics.counts``). Stage 07 reads the dev set's cost from it."""
-    from collections import Counter
-    from pathlib import Path
-
-    from pbench import store
-
     report = {"conversations": len(rows), "verdicts": dict(Counter(r["verdict"] for r in rows).most_common()),
               "unparsed_votes": int(sum(r.get("unparsed_votes", 0) for r in rows)),
               "pc_unparsed": panel_stats["unparsed"], "judge_calls_stage05": panel_stats["calls"],
