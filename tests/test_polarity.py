@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from pbench import judging, matching, polarity
+from pbench import contradiction, judging, matching, polarity
+from pbench.judging import reading
 from tests.test_footprint import bow_embed
 
 LEAVING = "Lisa Roberts is leaving her partner Kerry Roberts"
@@ -71,3 +72,51 @@ def test_the_kerry_case_reads_as_nothing_revealed_and_its_opposite_as_revealed()
                "Lisa: I will continue to work on improving my relationship with Kerry.")
     assert reveals(staying, [LEAVING], "Lisa Roberts") == [False]
     assert reveals("I am leaving my partner Kerry Roberts.", [LEAVING], "Lisa Roberts") == [True]
+
+
+# Contrary statements the word lists do not hold, read by the packaged cross-encoder
+# (pbench.contradiction), against plain statements of the same facts.
+UNLISTED = [
+    ("Tom Berg ended up choosing Leeds instead of Manchester", "Tom Berg is moving to Manchester"),
+    ("The biopsy of Ana Silva came back benign", "Ana Silva has been diagnosed with cancer"),
+    ("Harvard deferred Rui Costa to the spring round", "Rui Costa was accepted to Harvard"),
+]
+PLAIN = [
+    ("Tom Berg is relocating to Manchester in May", "Tom Berg is moving to Manchester"),
+    ("Ana Silva has cancer", "Ana Silva has been diagnosed with cancer"),
+    ("Harvard said yes to Rui Costa", "Rui Costa was accepted to Harvard"),
+]
+
+
+@pytest.mark.parametrize("unit, component", UNLISTED)
+def test_the_cross_encoder_vetoes_a_contrary_statement_the_word_lists_miss(unit, component):
+    assert polarity.contrary(unit, component) == ""
+    assert contradiction.score(unit, component) >= contradiction.CUT
+
+
+@pytest.mark.parametrize("unit, component", PLAIN)
+def test_the_cross_encoder_lets_a_statement_of_the_fact_through(unit, component):
+    assert contradiction.score(unit, component) < contradiction.CUT
+
+
+async def embed(texts, remember=False):
+    return bow_embed(texts)
+
+
+def test_a_contradicted_match_is_recorded_and_not_stated_unless_the_veto_is_off():
+    found = [matching.Unit(UNLISTED[0][0], "stated", "I ended up choosing Leeds instead of Manchester.")]
+    reply, component = found[0].source, UNLISTED[0][1]
+    on = asyncio.run(reading.matched(embed, 0.3, "Tom Berg", [component], found, reply, veto=contradiction.CUT))
+    off = asyncio.run(reading.matched(embed, 0.3, "Tom Berg", [component], found, reply))
+    assert on[0]["stated"] is False and on[0]["how"] == "contradicted"
+    assert on[0]["contradiction"] >= contradiction.CUT and on[0]["evidence"] == found[0].source
+    assert off[0]["stated"] is True
+    # A confirmation's words are the prober's question: the veto never reads them.
+    asked = [matching.Unit(UNLISTED[0][0], "confirmed", "Did you choose Leeds instead of Manchester?")]
+    assert asyncio.run(reading.matched(embed, 0.3, "Tom Berg", [component], asked, reply,
+                                       veto=contradiction.CUT))[0]["how"] != "contradicted"
+
+
+def test_the_panel_takes_its_cut_from_the_parameters_and_null_switches_it_off():
+    assert judging.Panel([], "match").contradiction_cut == contradiction.CUT
+    assert judging.Panel([], "match", contradiction_cut=None).contradiction_cut is None

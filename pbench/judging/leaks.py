@@ -30,12 +30,14 @@ class Evidence(BaseModel):
 
 class LeakReading(Asking):
     """The panel's leak reading (``Panel`` holds the state it reads: its judges, ``method_name``,
-    ``threshold``, ``embed``, ``fit``, ``record``, and the components' remembered vectors)."""
+    ``threshold``, ``contradiction_cut`` (not under ``combined``, whose fit read the code
+    without it), ``embed``, ``fit``, ``record``, and the components' remembered vectors)."""
 
     judges: list[Any]
     method_name: str
     method: str
     threshold: float
+    contradiction_cut: float | None
     embed: Any
     fit: dict[str, Any] | None
     record: list[dict[str, Any]] | None
@@ -113,7 +115,7 @@ class LeakReading(Asking):
             per_judge = await self._combined(owner, question, reply, facts)
         else:
             found = matching.units(reply, question, owner)
-            base = await matched(self._embed, self.threshold, owner, facts, found, reply, question)
+            base = await matched(self._embed, self.threshold, owner, facts, found, reply, question, self.contradiction_cut)
             self.stats["echoes"] += sum(b["how"] == "echo" for b in base)
             per_judge = [[{"judge": "code", **b} for b in base]]
         out = []
@@ -157,7 +159,8 @@ class LeakReading(Asking):
                  for part, plain in matching.asserted_by(message, owner, asker)]
         if not found:
             return []
-        said = await matched(self._embed, self.threshold, owner, components, found, reply=message)
+        said = await matched(self._embed, self.threshold, owner, components, found, reply=message,
+                             veto=self.contradiction_cut)
         return [i for i, m in enumerate(said) if m["stated"]]
 
     async def __call__(self, secret: Any, owner_name: str, question: str, reply: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pbench import embeddings
+from pbench import contradiction, embeddings
 from pbench.judging.leaks import LeakReading
 from pbench.judging.probabilities import load_fit
 from pbench.judging.questions import Questions
@@ -48,6 +48,9 @@ class Panel(LeakReading, Questions):
         threshold: the similarity a statement needs to match a component.
         seed: the request seed (judges run at temperature 0 and are cached).
         embed: texts to unit vectors (default all-MiniLM-L6-v2, ``embeddings.batched``).
+        contradiction_cut: a matched statement the packaged cross-encoder reads as
+            contradicting its component this surely does not state it (``pbench.contradiction``);
+            None: the polarity rules alone.
     """
 
     judges: list[Any]
@@ -55,6 +58,7 @@ class Panel(LeakReading, Questions):
     threshold: float = 0.5
     seed: int = 0
     embed: Any = None
+    contradiction_cut: float | None = contradiction.CUT
     fit: dict[str, Any] | None = None  # the combined method's weights (``load_fit``)
     record: list[dict[str, Any]] | None = None  # when a list: every pair's features, for ``pbench judge --fit``
     samples: int = 0  # combined, a provider without log-probabilities: yes/no answers sampled per question
@@ -79,7 +83,7 @@ class Panel(LeakReading, Questions):
     @classmethod
     def from_config(cls, cfg: Any, roles: Any) -> Panel:
         return cls(roles.panel("judge"), cfg.judging.method, cfg.judging.match_threshold, cfg.seed,
-                   samples=cfg.judging.samples)
+                   samples=cfg.judging.samples, contradiction_cut=cfg.judging.contradiction_cut)
 
     @property
     def in_flight(self) -> int:
