@@ -25,9 +25,10 @@ from typing import Any
 
 import pbench
 from pbench import config as config_mod
-from pbench import sources, store
+from pbench import store
 from pbench import world as worlds
 from pbench.config import RunConfig
+from pbench.fingerprints import changed, fingerprint, fingerprint_parts
 from pbench.stage import INCOMPLETE
 
 
@@ -105,44 +106,6 @@ def git_commit(root: Path | None = None) -> str | None:
         return None
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root or repo_root(), capture_output=True, text=True)
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def _section(cfg: RunConfig, dotted: str) -> Any:
-    """A parameter section as a stage's fingerprint reads it: model specs without the fields
-    that only say how to call them (``config.CALL_ONLY``: concurrency, timeouts, prices)."""
-    value: Any = cfg.dump()
-    for part in dotted.split("."):
-        value = value[part]
-    if dotted.startswith("models."):
-        specs = value if isinstance(value, list) else [value]
-        stripped = [None if s is None else {k: v for k, v in s.items() if k not in config_mod.CALL_ONLY} for s in specs]
-        value = stripped if isinstance(value, list) else stripped[0]
-    return value
-
-
-def fingerprint(cfg: RunConfig, stage: Stage, notebook: Path, upstream: list[str], run_dir: Path | None = None) -> str:
-    """Hash of what determines a stage's outputs: the parameters it reads, its notebook, the
-    ``pbench`` code that notebook runs (``sources.digest``), the stages before it, and its
-    ``inputs`` in ``run_dir`` where there are any (a run without labels keeps the fingerprint
-    it had before inputs existed)."""
-    what = {"reads": {s: _section(cfg, s) for s in stage.reads},
-            "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "upstream": upstream,
-            "code": sources.digest(notebook)}
-    if run_dir is not None and (given := input_digests(run_dir, stage.inputs)):
-        what["inputs"] = given
-    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def input_digests(run_dir: Path, names: tuple[str, ...]) -> dict[str, str]:
-    """sha256 of each file under the run folder's ``names`` (files, or folders read whole),
-    by its path in the run folder; a name that does not exist adds nothing."""
-    out = {}
-    for name in names:
-        path = run_dir / name
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] * path.is_file()
-        for f in files:
-            out[f.relative_to(run_dir).as_posix()] = hashlib.sha256(f.read_bytes()).hexdigest()
-    return out
 
 
 def ensure_kernel() -> str:
@@ -305,6 +268,7 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
         from_world = world is not None and st.name in worlds.STAGE_FILES
         fp = (hashlib.sha256(f"{world.id}|{st.name}".encode()).hexdigest() if from_world
               else fingerprint(cfg, st, nb_in, upstream, run_dir))
+        parts = None if from_world else fingerprint_parts(cfg, st, nb_in, upstream, run_dir)
         marker = _marker(run_dir, st)
         done = store.read_json(marker, default={}) if marker.exists() else {}
         damaged = damaged_outputs(run_dir, st, done)
@@ -324,10 +288,13 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
             print(f"{st.name}: {', '.join(damaged)} missing or changed since the stage finished; running it again")
         elif done and unfinished and not force:
             print(f"{st.name}: {unfinished} units of work were given up last time; trying them again")
+        elif done and done.get("fingerprint") != fp and not force and not from_world:
+            print(f"{st.name}: {changed(_attempt(run_dir, st).get('parts'), parts)} since it finished; running it again")
         if from_world:
             done = _read_world(world, st, fp, run_dir, results)
         else:
-            done = _run_stage(st, nb_in, fp, params_path, run_dir, results, force=force, progress=progress)
+            done = _run_stage(st, nb_in, fp, params_path, run_dir, results, force=force, progress=progress,
+                              parts=parts)
         upstream.append(f"{fp}:{_digest_of(st, done)}")
         if st.name == "02_footprint":  # the world every later record belongs to
             store.update_json(manifest, {"world_id": worlds.world_id(run_dir),
@@ -385,12 +352,12 @@ def _marker(run_dir: Path, st: Stage) -> Path:
     return run_dir / "stages" / f"{st.name}.json"
 
 def _run_stage(st: Stage, nb_in: Path, fp: str, params_path: Path, run_dir: Path, results: list[StageResult], *,
-               force: bool, progress: bool) -> dict[str, Any]:
+               force: bool, progress: bool, parts: dict[str, str] | None = None) -> dict[str, Any]:
     """Execute one stage's notebook and record it: its marker in ``stages/``, its manifest entry and
     its StageResult in ``results``. The marker is written last, so a stage cut off runs again."""
     manifest = run_dir / "manifest.json"
     _marker(run_dir, st).unlink(missing_ok=True)
-    _set_aside_stale(run_dir, st, fp, forced=force)
+    _set_aside_stale(run_dir, st, fp, forced=force, parts=parts)
     usage_file = run_dir / "stages" / f"{st.name}.usage.json"
     usage_file.unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -488,16 +455,22 @@ def _print_headline(run_dir: Path) -> None:
             print(f"  {key}: {figures[key]}")
 
 
-def _set_aside_stale(run_dir: Path, st: Stage, fp: str, forced: bool = False) -> None:
+def _attempt(run_dir: Path, st: Stage) -> dict[str, Any]:
+    """The last attempt's record: its fingerprint and its ``fingerprint_parts``."""
+    return store.read_json(run_dir / "stages" / f"{st.name}.attempt.json", default={})
+
+
+def _set_aside_stale(run_dir: Path, st: Stage, fp: str, forced: bool = False,
+                     parts: dict[str, str] | None = None) -> None:
     """Resume only what an attempt with the same fingerprint left. Partial outputs of an attempt
-    with other parameters, or of any attempt when ``forced`` (a forced stage recomputes from
-    scratch, its model replies coming from the response cache), are moved (never deleted) to
-    ``stale/<stage>-<time>/``."""
-    attempt = run_dir / "stages" / f"{st.name}.attempt.json"
-    previous = store.read_json(attempt, default={}).get("fingerprint")
+    with another fingerprint (it says which part changed), or of any attempt when ``forced`` (a
+    forced stage recomputes from scratch, its model replies coming from the response cache),
+    are moved (never deleted) to ``stale/<stage>-<time>/``."""
+    last = _attempt(run_dir, st)
+    previous = last.get("fingerprint")
     present = [p for p in st.partial if (run_dir / p).exists()]
-    changed = previous is not None and previous != fp
-    if (forced or changed) and present:
+    is_changed = previous is not None and previous != fp
+    if (forced or is_changed) and present:
         stamp = f"{st.name}-{time.strftime('%Y%m%dT%H%M%S')}"
         dest, n = run_dir / "stale" / stamp, 1
         while dest.exists():  # two forced runs within a second
@@ -506,11 +479,12 @@ def _set_aside_stale(run_dir: Path, st: Stage, fp: str, forced: bool = False) ->
         dest.mkdir(parents=True)
         for p in present:
             (run_dir / p).rename(dest / Path(p).name)
-        why = "--force" if forced else "parameters changed since the last attempt"
+        why = "--force" if forced else changed(last.get("parts"), parts) + " since the last attempt"
         print(f"{st.name}: {why}: recomputing from scratch; its partial outputs moved to {dest}")
     elif forced:
         print(f"{st.name}: --force: recomputing from scratch")
-    store.write_json(attempt, {"fingerprint": fp})
+    store.write_json(run_dir / "stages" / f"{st.name}.attempt.json",
+                     {"fingerprint": fp, **({"parts": parts} if parts else {})})
 
 
 def _select(pipeline: tuple[Stage, ...], names: list[str] | None) -> list[Stage]:

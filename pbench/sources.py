@@ -1,6 +1,6 @@
 """The package's own source, read as text: which ``pbench`` modules a module (or a notebook)
 imports, and one hash over the source a stage runs, so that editing the code a stage uses
-reruns that stage (``pbench.run.fingerprint``).
+reruns that stage (``pbench.fingerprints.fingerprint``).
 
 A stage's code is the closure of the ``pbench`` modules its notebook imports, followed
 through every import in their text, those inside functions included, plus the package's

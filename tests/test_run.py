@@ -6,7 +6,7 @@ import nbformat
 import pytest
 import yaml
 
-from pbench import cli, run, store
+from pbench import cli, fingerprints, run, store
 from tests.conftest import minimal_params
 
 
@@ -45,7 +45,7 @@ def _run(project, **kw):
 
 
 @pytest.mark.slow
-def test_runs_notebooks_in_order_then_resumes_and_reruns_on_change(project):
+def test_runs_notebooks_in_order_then_resumes_and_reruns_on_change(project, capsys, monkeypatch):
     tmp_path, nbs, params, stages = project
     out = tmp_path / "out" / "t"
     assert [r.status for r in _run(project)] == ["ran", "ran"]
@@ -61,6 +61,16 @@ def test_runs_notebooks_in_order_then_resumes_and_reruns_on_change(project):
     # A parameter that only stage 02 reads reruns stage 02 alone.
     params.write_text(yaml.safe_dump(minimal_params(outputs_dir=str(tmp_path / "out"), **{"probing.top_k": 3})))
     assert [r.status for r in _run(project)] == ["skipped", "ran"]
+    assert "02_two: its parameters changed since it finished; running it again" in capsys.readouterr().out
+    # Editing the pbench code a stage runs reruns it, and the runner says that is why.
+    digest = fingerprints.sources.digest
+    monkeypatch.setattr(fingerprints.sources, "digest", lambda nb: digest(nb) + "edited")
+    assert [r.status for r in _run(project)] == ["ran", "ran"]
+    said = capsys.readouterr().out
+    assert "01_one: the pbench code it runs changed since it finished" in said
+    assert "02_two: the pbench code it runs and a stage before it changed since it finished" in said
+    monkeypatch.undo()
+    assert [r.status for r in _run(project)] == ["ran", "ran"]
     # A parameter stage 01 reads reruns both (02 stands on 01).
     params.write_text(yaml.safe_dump(minimal_params(outputs_dir=str(tmp_path / "out"), seed=2, **{"probing.top_k": 3})))
     assert [r.status for r in _run(project)] == ["ran", "ran"]
