@@ -32,16 +32,17 @@ def fingerprint(cfg: RunConfig, stage: Any, notebook: Path, upstream: list[str],
     ``pbench`` code that notebook runs (``sources.digest``), the stages before it, and its
     ``inputs`` in ``run_dir`` where there are any (a run without labels keeps the fingerprint
     it had before inputs existed)."""
+    return fingerprint_and_parts(cfg, stage, notebook, upstream, run_dir)[0]
+
+
+def fingerprint_and_parts(cfg: RunConfig, stage: Any, notebook: Path, upstream: list[str],
+                          run_dir: Path | None = None) -> tuple[str, dict[str, str]]:
+    """The fingerprint, and a short hash of each of its parts, kept with each attempt so that a
+    rerun can say which part changed (``changed``); the parts are read once for both."""
     what = _fingerprinted(cfg, stage, notebook, upstream, run_dir)
-    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def fingerprint_parts(cfg: RunConfig, stage: Any, notebook: Path, upstream: list[str],
-                      run_dir: Path | None = None) -> dict[str, str]:
-    """A short hash of each part of the fingerprint, kept with each attempt so that a rerun
-    can say which part changed (``changed``)."""
-    return {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
-            for k, v in _fingerprinted(cfg, stage, notebook, upstream, run_dir).items()}
+    parts = {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
+             for k, v in what.items()}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest(), parts
 
 
 def _fingerprinted(cfg: RunConfig, stage: Any, notebook: Path, upstream: list[str],
@@ -60,7 +61,7 @@ PARTS = {"reads": "its parameters", "notebook": "its notebook", "code": "the pbe
 
 
 def changed(before: dict[str, str] | None, now: dict[str, str] | None) -> str:
-    """What changed between two attempts' ``fingerprint_parts``, in words: "the pbench code it
+    """What changed between two attempts' parts (``fingerprint_and_parts``), in words: "the pbench code it
     runs changed"; "its fingerprint changed" when an attempt kept no parts.
 
     >>> changed({"reads": "a", "code": "b"}, {"reads": "a", "code": "c"})

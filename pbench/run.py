@@ -28,7 +28,7 @@ from pbench import config as config_mod
 from pbench import store
 from pbench import world as worlds
 from pbench.config import RunConfig
-from pbench.fingerprints import changed, fingerprint, fingerprint_parts
+from pbench.fingerprints import changed, fingerprint, fingerprint_and_parts  # noqa: F401 (run.fingerprint stays public)
 from pbench.stage import INCOMPLETE
 
 
@@ -266,9 +266,8 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
         if not nb_in.is_file():
             raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
         from_world = world is not None and st.name in worlds.STAGE_FILES
-        fp = (hashlib.sha256(f"{world.id}|{st.name}".encode()).hexdigest() if from_world
-              else fingerprint(cfg, st, nb_in, upstream, run_dir))
-        parts = None if from_world else fingerprint_parts(cfg, st, nb_in, upstream, run_dir)
+        fp, parts = ((hashlib.sha256(f"{world.id}|{st.name}".encode()).hexdigest(), None) if from_world
+                     else fingerprint_and_parts(cfg, st, nb_in, upstream, run_dir))
         marker = _marker(run_dir, st)
         done = store.read_json(marker, default={}) if marker.exists() else {}
         damaged = damaged_outputs(run_dir, st, done)
@@ -456,7 +455,7 @@ def _print_headline(run_dir: Path) -> None:
 
 
 def _attempt(run_dir: Path, st: Stage) -> dict[str, Any]:
-    """The last attempt's record: its fingerprint and its ``fingerprint_parts``."""
+    """The last attempt's record: its fingerprint and its parts (``fingerprint_and_parts``)."""
     return store.read_json(run_dir / "stages" / f"{st.name}.attempt.json", default={})
 
 

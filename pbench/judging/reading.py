@@ -7,6 +7,7 @@ components remembered once embedded (``remember=True``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -63,7 +64,7 @@ async def matched(embed: Embed, threshold: float, owner: str, components: list[s
                     best = {"stated": False, "similarity": round(s, 3), "how": "echo", "evidence": u.source}
                 continue
             if veto is not None and s >= threshold and u.how == "stated":
-                against = contradiction.score(u.text, c)
+                against = await asyncio.to_thread(contradiction.score, u.text, c)  # off the event loop
                 if against >= veto:
                     if not best["how"]:
                         best = {"stated": False, "similarity": round(s, 3), "how": "contradicted",
