@@ -38,7 +38,8 @@ def _check(args: argparse.Namespace) -> int:
     bound = "; ".join(
         f"{r}: {', '.join(s.label for s in v) if isinstance(v, list) else v.label}" for r, v in roles.items()
     )
-    print(f"{args.file}: ok (run {cfg.run_name}; {bound})")
+    planned = ", ".join(f"{t.label} ({config.kind(t.kind).title})" for t in cfg.planned_targets())
+    print(f"{args.file}: ok (run {cfg.run_name}; {bound}; targets: {planned})")
     return 0
 
 

@@ -48,11 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from pbench import store, world
-from pbench.config import DRAFT_ROUNDS, DRAFTING, ModelSpec, RunConfig
+from pbench.config import DRAFT_ROUNDS, DRAFTING, ModelSpec, RunConfig, kind
 
-GENERATING = ("rag", "memory")
-"""The target kinds whose every reply is an ``assistant`` model call (the extractive target
-calls none; http and python targets call their own, which the estimate cannot see)."""
+
+def _replies(t: Any) -> str:
+    """What a planned target's reply costs (``pbench.config.TargetKind.replies``): ``assistant``
+    (a call of its model), ``own`` (its own time, which the estimate cannot see) or ``none``."""
+    return kind(t.kind).replies
+
 
 CALIBRATION = Path(__file__).parent / "data" / "calibration.json"
 CHARS_PER_TOKEN = 4.0  # English text through the BPE tokenizers of the models we run (about 4 characters a token)
@@ -212,8 +215,8 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             n["turns"] += turns
             if p.delegation_requests == "template":  # code writes the owner's requests: no prober call
                 n["requests"] += k * (min(p.max_rounds, DRAFT_ROUNDS) if DRAFTING in mine else 0)
-            n["assistant_turns"] += turns * (t.kind in GENERATING)  # a model call a turn
-            n["outside_turns"] += turns * (t.kind in ("http", "python"))
+            n["assistant_turns"] += turns * (_replies(t) == "assistant")  # a model call a turn
+            n["outside_turns"] += turns * (_replies(t) == "own")
             for x in ("pretext", "delegation"):
                 n[f"{x}_conversations"] += k * mine.count(x)
     conversations = n["conversations"]
@@ -229,7 +232,7 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             "delegation_conversations": n["delegation_conversations"],
             # A memory target's model reads each document of the probed owners' footprints once
             # before probing (pbench.memory); a footprint holds about documents / users of them.
-            "memory_extractions": sum(t.kind == "memory" for t in planned) * min(probed, users)
+            "memory_extractions": sum(kind(t.kind).reads_footprint for t in planned) * min(probed, users)
             * documents / max(users, 1),
             "labelling_conversations": labelled, "labelling_seconds": labelled * SECONDS_PER_CONVERSATION}
 
@@ -299,7 +302,7 @@ def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str
         rates = next(iter(machine_rates(cfg).values()), None) if measure_if_missing else None
     ds = footprint.load_dataset(run_dir)
     convs = probing.load_conversations(run_dir)
-    generating = {t.label for t in cfg.planned_targets() if t.kind in GENERATING}
+    generating = {t.label for t in cfg.planned_targets() if _replies(t) == "assistant"}
     components = sum(len(s.core_components) for s in ds.secrets) / max(len(ds.secrets), 1)
     observed = {"users": len(ds.view.people), "documents": len(ds.documents), "secrets": len(ds.secrets)}
     v = volumes(cfg)
@@ -423,7 +426,7 @@ class _Costing:
         """The models a role's calls in a stage go to."""
         cfg = self.cfg
         if role == "assistant" and stage == "04_probing":  # the rag targets' models
-            return [t.model for t in cfg.planned_targets() if t.kind in GENERATING]
+            return [t.model for t in cfg.planned_targets() if _replies(t) == "assistant"]
         value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
         return value if isinstance(value, list) else [value]
 
@@ -540,7 +543,8 @@ def _notes(cfg: RunConfig, v: dict[str, float], dev: list[Any]) -> list[str]:
     """What the estimate names but cannot time: outside targets, the dev set, a person's labelling."""
     notes = []
     if v["outside_turns"]:
-        notes.append(f"the http and python targets' own time is not estimated: stage 04 waits on up to "
+        own = [t.label for t in cfg.planned_targets() if _replies(t) == "own"]
+        notes.append(f"the own time of {', '.join(own)} is not estimated: stage 04 waits on up to "
                      f"{v['outside_turns']:.0f} of their replies")
     if dev:
         notes.append(f"stage 05 judges {len(dev)} dev-set rows (the judge's measured error) and stage 07 "

@@ -239,19 +239,24 @@ def _leaked_or_why(part: list[dict[str, Any]], name: str, things: str) -> list[F
                                        f"{things} stated {stated} of their {total} core components; {why}.")]
 
 
-EXTRACTIVE = "extractive"  # the generator-removed target (pbench.targets): read against a generating one
+def _bare(rows: list[dict[str, Any]]) -> set[str]:
+    """The targets with no generator (prompt ``none``: the extractive kind, or another that
+    declares ``prompts="none"``): each is read against a generating target, as retrieval alone."""
+    return {r["target"] for r in rows if r["prompt"] == NO_PROMPT}
 
 
 def _levels(rows: list[dict[str, Any]], factor: str) -> list[Any]:
     """The levels of ``factor`` in the order compared: the reference first. A target without a
     system prompt (prompt ``none``) or with its own (``own``) is no prompt level. The target
-    reference is the first target planned (the rows are in plan order), never the extractive
-    one, so that its difference reads as retrieval alone minus a generating target."""
+    reference is the first target planned (the rows are in plan order), never one without a
+    generator (``_bare``), so that its difference reads as retrieval alone minus a generating
+    target."""
     first = {"prompt": "baseline", "defence": "none", "strategy": "direct"}.get(factor)
     if factor == "target":
-        first = next((r["target"] for r in rows if r["target"] != EXTRACTIVE), None)
+        first = next((r["target"] for r in rows if r["prompt"] != NO_PROMPT), None)
+    bare = _bare(rows) if factor == "target" else set()
     levels = {r[factor] for r in rows} - ({NO_PROMPT, OWN_PROMPT} if factor == "prompt" else set())
-    return sorted(levels, key=lambda v: (v != first, factor == "target" and v == EXTRACTIVE, str(v)))
+    return sorted(levels, key=lambda v: (v != first, v in bare, str(v)))
 
 
 def matched(rows: list[dict[str, Any]], factor: str, a: Any, b: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -278,6 +283,7 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
     ``COMPARED[factor]``, over the settings both ran (``matched``): sentences with their
     ``metrics.difference``. The arms probe the same secrets, so the bootstrap is paired."""
     levels = _levels(rows, factor)
+    bare = _bare(rows) if factor == "target" else set()
     out = []
     for level in levels[1:]:
         a, b = matched(rows, factor, level, levels[0])
@@ -288,8 +294,8 @@ def effects(rows: list[dict[str, Any]], factor: str, seed: int = 0,
             d["arms"] = (_label(level), _label(levels[0]))
             text = (f"{NAMES[m]}, {_label(level)} minus {_label(levels[0])}: {change(d)}, "
                     f"{figure(d['a'])} against {figure(d['b'])}; {_verdict(d)}.")
-            if factor == "target" and level == EXTRACTIVE and m == "LR":
-                text += (f" The extractive target is {_label(levels[0])}'s retrieval with no generator: this "
+            if level in bare and m == "LR":
+                text += (f" The {_label(level)} target is {_label(levels[0])}'s retrieval with no generator: this "
                          f"difference is what {_label(levels[0])}'s generator caught"
                          f" under {', '.join(sorted({_label(r['defence']) for r in a})).replace('none', 'no defence')}.")
                 if d["a"]["n"] and not d["a"]["count"]:

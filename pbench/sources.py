@@ -3,7 +3,8 @@ imports, and one hash over the source a stage runs, so that editing the code a s
 reruns that stage (``pbench.fingerprints.fingerprint``).
 
 A stage's code is the closure of the ``pbench`` modules its notebook imports, followed
-through every import in their text, those inside functions included, plus the package's
+through every import in their text, those inside functions included (a subpackage with
+all its modules: the target kinds are loaded by name), plus the package's
 data and prompt files (personas, drafting prompts, the judge's fit: the code reads them as
 it runs), and the user's own judge fit where there is one. Notebooks open their stage with
 ``pbench.stage``, not with the runner, so no stage's code takes in the runner and all it
@@ -74,7 +75,8 @@ def notebook_imports(notebook: Path) -> set[str]:
 
 def closure(roots: set[str], package: Path | None = None) -> list[str]:
     """``roots`` and every module they import, directly or through others, sorted (``package``:
-    default ``PACKAGE``, this one)."""
+    default ``PACKAGE``, this one). A subpackage brings all its modules: ``pbench.targets``
+    runs the kinds of target, which the parameters load by name and none imports."""
     known = graph(package or PACKAGE)
     seen: set[str] = set()
     todo = [r for r in roots if r in known]
@@ -83,6 +85,7 @@ def closure(roots: set[str], package: Path | None = None) -> list[str]:
         if name not in seen:
             seen.add(name)
             todo += known[name] - seen
+            todo += [m for m in known if m.startswith(f"{name}.") and m not in seen]
     return sorted(seen)
 
 

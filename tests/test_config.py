@@ -201,7 +201,7 @@ def test_targets_default_to_one_rag_target_per_assistant_model():
     cfg = config.parse(minimal_params(targets=[{"kind": "rag"}, {"kind": "extractive",
                                                                   "defences": ["none", "sensitivity_filter"]}]))
     extractive = cfg.planned_targets()[1]
-    assert (extractive.label, extractive.prompts, extractive.defences, extractive.budget_words) == (
+    assert (extractive.label, extractive.prompts, extractive.defences, extractive.spec.budget_words) == (
         "extractive", ("none",), ("none", "sensitivity_filter"), 60)
     assert cfg.tags_wanted  # the extractive target's sensitivity filter needs the tagger's verdicts
 

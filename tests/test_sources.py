@@ -21,6 +21,10 @@ def test_a_stage_runs_what_its_notebook_imports_and_what_those_import():
     assert {"pbench.judging", "pbench.judging.votes", "pbench.metrics.rates", "pbench.stage"} <= set(judge)
     graph = sources.stage_modules(NOTEBOOKS / "01_social_graph.ipynb")
     assert "pbench.community.repair" in graph and "pbench.judging.votes" not in graph
+    # The kinds of target are loaded by name, and run in stage 04 only: its code takes in the subpackage.
+    probe = sources.stage_modules(NOTEBOOKS / "04_probing.ipynb")
+    assert {"pbench.targets.rag", "pbench.targets.extractive", "pbench.memory"} <= set(probe)
+    assert "pbench.targets.rag" not in graph and "pbench.targets.rag" not in judge
     # Notebooks open their stage with pbench.stage: the runner and what it imports are no stage's code.
     assert not {"pbench.run", "pbench.cli", "pbench.estimate"} & (set(judge) | set(graph))
 

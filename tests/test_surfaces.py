@@ -9,6 +9,7 @@ import pytest
 from pbench import audit, config, metrics, probing, targets
 from pbench.config import ConfigError
 from pbench.footprint import may_know
+from pbench.targets import python
 from tests.conftest import minimal_params
 from tests.test_probing import WordCheck, cfg, model, rag_targets
 from tests.test_rag import dataset, index  # noqa: F401  (fixtures)
@@ -184,7 +185,7 @@ def test_an_outside_target_is_sent_the_reader_only_when_it_drafts(dataset, index
         s.close()
     from examples.python_target import Recency
 
-    assert Recency.drafts and config.can_draft(config.PythonTargetSpec(kind="python", entry="examples.python_target:Recency"))
+    assert Recency.drafts and config.kind("python").drafts(python.PythonTargetSpec(kind="python", entry="examples.python_target:Recency"))
 
 
 def test_the_estimate_counts_each_surface_as_the_plan_crosses_it():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pbench import probing, rag, targets
+from pbench.targets import extractive
 from pbench.schema import Turn
 from tests.test_probing import WordCheck, cfg, model
 from tests.test_rag import dataset, index  # noqa: F401  (fixtures)
@@ -25,7 +26,7 @@ def reply(target, asker="u3", conversation=ASKED, at=T(2024, 12, 31)):
 
 
 def test_extractive_quotes_retrieved_sentences_within_its_budget_and_says_what_it_used(index):  # noqa: F811
-    t = targets.ExtractiveTarget(index, "u1", "none", top_k=3, budget_words=60)
+    t = extractive.ExtractiveTarget(index, "u1", "none", top_k=3, budget_words=60)
     turn = reply(t)
     docs = {d.id: d.text for d in index.search("u1", rag.query(ASKED), 3, "none", "u3", T(2024, 12, 31))}
     lines = turn.reply.split("\n")
@@ -35,26 +36,26 @@ def test_extractive_quotes_retrieved_sentences_within_its_budget_and_says_what_i
     assert all(any(line in docs[i] for i in turn.retrieved) for line in lines)
     assert {i for i in docs if any(line in docs[i] for line in lines)} == set(turn.retrieved)
     # A tight budget keeps the sentence closest to the query, cut to the budget if need be.
-    short = reply(targets.ExtractiveTarget(index, "u1", "none", top_k=3, budget_words=4))
+    short = reply(extractive.ExtractiveTarget(index, "u1", "none", top_k=3, budget_words=4))
     assert len(short.reply.split()) <= 4 and short.reply
 
 
 def test_extractive_never_quotes_what_the_defence_hides(index):  # noqa: F811
-    open_ = reply(targets.ExtractiveTarget(index, "u1", "none", top_k=10, budget_words=500))
+    open_ = reply(extractive.ExtractiveTarget(index, "u1", "none", top_k=10, budget_words=500))
     assert "resigning from Acme" in open_.reply and "debts" in open_.reply
     # Cy (u3) saw none of Ana's chats: under the audience filter only the public blog is his.
-    hidden = reply(targets.ExtractiveTarget(index, "u1", "audience_filter", top_k=10, budget_words=500))
+    hidden = reply(extractive.ExtractiveTarget(index, "u1", "audience_filter", top_k=10, budget_words=500))
     assert hidden.retrieved == ["d4"] and "resigning" not in hidden.reply and "debts" not in hidden.reply
     # Nothing admitted at all: it says it has nothing, a reply rather than a failure.
-    nothing = reply(targets.ExtractiveTarget(index, "u1", "audience_filter"), at=T(2024, 1, 2))
-    assert nothing.reply == targets.NOTHING and nothing.retrieved == []
+    nothing = reply(extractive.ExtractiveTarget(index, "u1", "audience_filter"), at=T(2024, 1, 2))
+    assert nothing.reply == extractive.NOTHING and nothing.retrieved == []
     with pytest.raises(ValueError, match="unknown defence"):
-        targets.ExtractiveTarget(index, "u1", "firewall")
+        extractive.ExtractiveTarget(index, "u1", "firewall")
 
 
 def test_extractive_sets_sentences_out_in_reading_order(dataset, index):  # noqa: F811
     """Chosen by similarity, shown oldest document first and in each document's own order."""
-    turn = reply(targets.ExtractiveTarget(index, "u1", "none", top_k=10, budget_words=500))
+    turn = reply(extractive.ExtractiveTarget(index, "u1", "none", top_k=10, budget_words=500))
     by = dataset.by_id
     order = [next(i for i in turn.retrieved if line in by[i].text) for line in turn.reply.split("\n")]
     assert len(set(order)) > 1 and [by[i].timestamp for i in order] == sorted(by[i].timestamp for i in order)
@@ -64,10 +65,10 @@ def test_extractive_sets_sentences_out_in_reading_order(dataset, index):  # noqa
 
     pieces = [piece("b", 2, 0, "second doc first line"), piece("b", 2, 1, "second doc second line"),
               piece("a", 1, 0, "first doc line"), piece("b", 2, 2, "second doc first line")]
-    got = targets.select(pieces, np.array([0.9, 0.8, 0.1, 0.9]), budget_words=8)
+    got = extractive.select(pieces, np.array([0.9, 0.8, 0.1, 0.9]), budget_words=8)
     # By similarity: b0 (4 words) and b1 (4 words) fill the budget; b0's repeat is taken once.
     assert [p[2] for p in got] == ["second doc first line", "second doc second line"]
-    got = targets.select(pieces, np.array([0.9, 0.1, 0.8, 0.9]), budget_words=8)
+    got = extractive.select(pieces, np.array([0.9, 0.1, 0.8, 0.9]), budget_words=8)
     assert [p[2] for p in got] == ["first doc line", "second doc first line"]  # the older document first
 
 

@@ -9,7 +9,8 @@ The rooms, each importing only those above it in this list:
 - ``base``: ``ConfigError``, the strict base model, ranges and fractions;
 - ``models``: the ``models`` section, a model bound to each role (``ModelSpec``, ``Models``);
 - ``sections``: period, community, footprint, probing, judging, validation, llm;
-- ``targets``: the ``targets`` section, and the targets the plan crosses (``PlannedTarget``);
+- ``targets``: the ``targets`` section, the registry of target kinds (``target_kind``,
+  ``kinds``), and the targets the plan crosses (``PlannedTarget``);
 - ``runconfig``: the whole run (``RunConfig``);
 - ``loading``: a YAML file read and validated (``load``, ``parse``, ``verify_model_files``).
 
@@ -39,22 +40,21 @@ from pbench.config.sections import (
     Validation,
 )
 from pbench.config.targets import (
+    BUILT_IN,
+    ENTRY_POINTS,
     NO_PROMPT,
     OWN_PROMPT,
     START_DIR,
-    TARGET_KINDS,
-    ExtractiveTargetSpec,
-    HttpTargetSpec,
-    MemoryTargetSpec,
     PlannedTarget,
-    PythonTargetSpec,
-    RagTargetSpec,
+    TargetKind,
     TargetSpec,
-    can_draft,
+    TargetSpecBase,
     check_targets,
-    import_entry,
+    kind,
+    kinds,
     label_of,
     plan_targets,
+    target_kind,
 )
 
 __all__ = [
@@ -64,7 +64,6 @@ __all__ = [
     "RunConfig",
     "CHAT_STRATEGIES", "DRAFT_ROUNDS", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
     "PromptVariant", "Strategy", "Validation",
-    "NO_PROMPT", "OWN_PROMPT", "START_DIR", "TARGET_KINDS", "ExtractiveTargetSpec", "HttpTargetSpec",
-    "MemoryTargetSpec", "PlannedTarget", "PythonTargetSpec", "RagTargetSpec", "TargetSpec", "can_draft", "check_targets",
-    "import_entry", "label_of", "plan_targets",
+    "BUILT_IN", "ENTRY_POINTS", "NO_PROMPT", "OWN_PROMPT", "START_DIR", "PlannedTarget", "TargetKind", "TargetSpec",
+    "TargetSpecBase", "check_targets", "kind", "kinds", "label_of", "plan_targets", "target_kind",
 ]

@@ -15,12 +15,12 @@ from pbench import world as worlds
 from pbench.config.base import ConfigError
 from pbench.config.models import CALL_ONLY, LOCAL_ONLY
 from pbench.config.runconfig import RunConfig
-from pbench.config.targets import START_DIR, TARGET_KINDS
+from pbench.config.targets import START_DIR, kinds
 
 
 def _describe(err: dict[str, Any]) -> str:
     loc = err["loc"]
-    if loc[:1] == ("targets",) and len(loc) > 2 and loc[2] in TARGET_KINDS:
+    if loc[:1] == ("targets",) and len(loc) > 2 and loc[2] in kinds():
         loc = loc[:2] + loc[3:]  # pydantic names the kind it tried; the file does not
     path = ".".join(str(p) for p in loc) or "(top level)"
     kind = err["type"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from pbench.config.base import Strict
 from pbench.config.models import LOCAL_ONLY, Models
@@ -14,7 +14,10 @@ from pbench.config.targets import PlannedTarget, TargetSpec, check_targets, plan
 
 
 class RunConfig(Strict):
-    """The whole of one run."""
+    """The whole of one run. Its schema is built when it first validates (``defer_build``), so
+    that ``targets`` knows every kind registered by then (``pbench.config.targets.kinds``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     run_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
     seed: int = 0
