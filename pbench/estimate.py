@@ -57,7 +57,7 @@ def _replies(t: Any) -> str:
     return kind(t.kind).replies
 
 
-CALIBRATION = Path(__file__).parent / "data" / "calibration.json"
+CALIBRATION = store.PACKAGE_DATA / "calibration.json"
 CHARS_PER_TOKEN = 4.0  # English text through the BPE tokenizers of the models we run (about 4 characters a token)
 TELLINGS_PER_SECRET = 0.1 * 1 + 0.9 * (4 / 3 + 0.3 + 0.2)  # footprint.plan_sharing: 1.75 documents per secret
 TAG_BATCH = 5  # rag.TAG_BATCH, documents per tagger request

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pbench import config as config_mod
-from pbench import sources
+from pbench import sources, store
 from pbench.config import RunConfig
 
 
@@ -49,15 +49,30 @@ def _fingerprinted(cfg: RunConfig, stage: Any, notebook: Path, upstream: list[st
                    run_dir: Path | None) -> dict[str, Any]:
     what: dict[str, Any] = {"reads": {s: _section(cfg, s) for s in stage.reads},
                             "notebook": hashlib.sha256(notebook.read_bytes()).hexdigest(), "upstream": upstream,
-                            "code": sources.digest(notebook)}
+                            "code": sources.digest(notebook, without=PACKAGE_FILES)}
+    if getattr(stage, "files", ()):
+        what["files"] = {f: hashlib.sha256(named_file(cfg, f).read_bytes()).hexdigest() for f in stage.files}
     if run_dir is not None and (given := input_digests(run_dir, stage.inputs)):
         what["inputs"] = given
     return what
 
 
+PACKAGE_FILES = tuple(f"data/{name}" for name in config_mod.PACKAGE_FILES.values())
+"""The package's data files that a parameter names (personas, the dev set): part of the
+fingerprint of the stages that read them (``Stage.files``), not of every stage's code."""
+
+
+def named_file(cfg: RunConfig, dotted: str) -> Path:
+    """The file a parameter names (``community.personas_path``), or the package's default."""
+    section, field = dotted.split(".")
+    given = getattr(getattr(cfg, section), field)
+    return Path(given) if given is not None else store.PACKAGE_DATA / config_mod.PACKAGE_FILES[dotted]
+
+
 # The parts of a fingerprint, as a rerun names them.
 PARTS = {"reads": "its parameters", "notebook": "its notebook", "code": "the pbench code it runs",
-         "upstream": "a stage before it", "inputs": "its inputs (people's labels)"}
+         "upstream": "a stage before it", "inputs": "its inputs (people's labels)",
+         "files": "a file its parameters name (personas, the dev set)"}
 
 
 def changed(before: dict[str, str] | None, now: dict[str, str] | None) -> str:

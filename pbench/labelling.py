@@ -34,7 +34,6 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +144,7 @@ def render(data: dict[str, Any]) -> str:
     """The page: the template with the data inline (``<`` escaped, so no text ends the script)."""
     import html
 
-    template = resources.files("pbench").joinpath("data", "label_page.html").read_text(encoding="utf-8")
+    template = (store.PACKAGE_DATA / "label_page.html").read_text(encoding="utf-8")
     blob = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     return template.replace("__TITLE__", html.escape(data["run"]["name"])).replace("__DATA__", blob)
 

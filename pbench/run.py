@@ -28,7 +28,7 @@ from pbench import config as config_mod
 from pbench import store
 from pbench import world as worlds
 from pbench.config import RunConfig
-from pbench.fingerprints import changed, fingerprint, fingerprint_and_parts  # noqa: F401 (run.fingerprint stays public)
+from pbench.fingerprints import changed, fingerprint_and_parts
 from pbench.stage import INCOMPLETE
 
 
@@ -47,6 +47,9 @@ class Stage:
         inputs: files or folders of the run folder that no stage writes (people's labels, kept
             by ``pbench agreement``): their bytes are part of the fingerprint, so that new
             labels rerun the stages that use them.
+        files: dotted parameters that name a file the stage reads (personas, the dev set): the
+            bytes of the file, or of the package's default (``config.PACKAGE_FILES``), are part
+            of its fingerprint, and of no other stage's.
     """
 
     name: str
@@ -55,12 +58,13 @@ class Stage:
     partial: tuple[str, ...] = ()  # what an interrupted attempt leaves for the next to resume from
     reports: tuple[str, ...] = ()  # outputs describing the attempt (timings, resumed counts), not data
     inputs: tuple[str, ...] = ()  # what people put in the run folder (labels/), read by the stage
+    files: tuple[str, ...] = ()  # parameters naming a file it reads (config.PACKAGE_FILES): their bytes count
 
 
 # Later issues add their stages here, in order.
 STAGES: tuple[Stage, ...] = (
     Stage("01_social_graph", reads=("seed", "period", "community", "models.generator"),
-          outputs=("community.json", "community.graphml")),
+          outputs=("community.json", "community.graphml"), files=("community.personas_path",)),
     Stage("02_footprint", reads=("seed", "footprint", "models.generator"),
           outputs=("documents.jsonl", "secrets.jsonl", "footprint.json", "DATASHEET.md"), partial=("footprint",),
           reports=("footprint.json", "DATASHEET.md")),
@@ -74,11 +78,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("05_scoring", reads=("seed", "models.judge", "judging", "validation.dev_set", "validation.dev_split",
                                "validation.dev_cases"),
           outputs=("judgements.jsonl", "metrics.csv", "scoring.json", "judge_error.json"),
-          partial=("judgements.jsonl",), reports=("scoring.json",), inputs=("labels",)),
+          partial=("judgements.jsonl",), reports=("scoring.json",), inputs=("labels",), files=("validation.dev_set",)),
     Stage("06_analysis", reads=("probing.max_rounds",), outputs=("report.html", "report_transcripts", "tables", "figures", "findings.md"),
           inputs=("labels",)),
     Stage("07_validation", reads=("seed", "validation", "models.judge", "judging"),
-          outputs=("validation.json", "validation", "label.html"), inputs=("labels",)),
+          outputs=("validation.json", "validation", "label.html"), inputs=("labels",), files=("validation.dev_set",)),
 )
 
 KERNEL_NAME = "pbench"

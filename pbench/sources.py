@@ -94,16 +94,17 @@ def stage_modules(notebook: Path, package: Path | None = None) -> list[str]:
     return closure(notebook_imports(notebook), package)
 
 
-def digest(notebook: Path, package: Path | None = None) -> str:
+def digest(notebook: Path, package: Path | None = None, without: tuple[str, ...] = ()) -> str:
     """sha256 over the source of ``stage_modules`` and the package's data files, each by its
-    path in the package: the same bytes, the same digest, on any machine."""
+    path in the package: the same bytes, the same digest, on any machine. ``without``: data
+    files (``data/judge_dev.jsonl``) that only some stages read, hashed by those instead."""
     package = package or PACKAGE
     h = hashlib.sha256()
     paths = [package.parent.joinpath(*m.split(".")) for m in stage_modules(notebook, package)]
     files = [p / "__init__.py" if p.is_dir() else p.with_suffix(".py") for p in paths]
     files += sorted(f for d in DATA if (package / d).is_dir() for f in (package / d).rglob("*")
                     if f.is_file() and "__pycache__" not in f.parts
-                    and f.relative_to(package).as_posix() not in NOT_READ)
+                    and f.relative_to(package).as_posix() not in NOT_READ + without)
     for f in files:
         h.update(f"{f.relative_to(package.parent).as_posix()}\n".encode())
         h.update(hashlib.sha256(f.read_bytes()).digest())

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pbench import correction, judging, store
+from pbench import config, correction, judging, store
 from pbench.judging import InputRow
 from pbench.labelling import LabelsError
 
@@ -31,7 +31,7 @@ claims standing (``pretext``)."""
 
 def default_dev_set() -> Path:
     """The labelled dev set shipped with the package (runtime data: stage 05 judges it)."""
-    return store.PACKAGE_DATA / "judge_dev.jsonl"
+    return store.PACKAGE_DATA / config.PACKAGE_FILES["validation.dev_set"]
 
 
 def dev_rows(vcfg: Any, seed: int) -> list[InputRow]:

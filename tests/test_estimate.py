@@ -4,7 +4,7 @@ prices) never makes a stage rerun."""
 
 import pytest
 
-from pbench import cli, config, estimate, run
+from pbench import cli, config, estimate, fingerprints, run
 from tests.conftest import minimal_params
 
 HOSTED = {"provider": "openai", "model": "gpt-x", "max_concurrency": 8}
@@ -126,12 +126,12 @@ def test_how_a_model_is_called_never_makes_a_stage_rerun(tmp_path):
     stage = run.STAGES[3]  # 04_probing reads every role it calls
     nb = tmp_path / "nb.ipynb"
     nb.write_text("{}")
-    first = run.fingerprint(paper_like(), stage, nb, [])
+    first = fingerprints.fingerprint(paper_like(), stage, nb, [])
     calls_differently = paper_like(**{"models.prober": {**HOSTED, "max_concurrency": 64, "timeout_s": 30,
                                                         "price_per_mtok": {"input": 1, "output": 2}}})
-    assert run.fingerprint(calls_differently, stage, nb, []) == first
+    assert fingerprints.fingerprint(calls_differently, stage, nb, []) == first
     answers_differently = paper_like(**{"models.prober": {**HOSTED, "temperature": 0.1}})
-    assert run.fingerprint(answers_differently, stage, nb, []) != first
+    assert fingerprints.fingerprint(answers_differently, stage, nb, []) != first
 
 
 def test_a_manifests_requests_count_cache_hits_and_not_transient_retries():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.report_load import READY, Browser
-from pbench import agreement, cli, config, correction, estimate, footprint, labelling, probing, run, store
+from pbench import agreement, cli, config, correction, estimate, fingerprints, footprint, labelling, probing, run, store
 from pbench.judging import NOT_REVEALED as NOT
 from pbench.judging import REVEALED as REV
 from tests.conftest import minimal_params
@@ -218,16 +218,16 @@ def test_stages_05_to_07_read_kept_labels_and_rerun_when_they_change(judged_run,
     stage = next(s for s in run.STAGES if s.name == "05_scoring")
     notebook = run.default_notebooks_dir() / "05_scoring.ipynb"
     # No labels: the fingerprint of a run made before labels existed.
-    assert run.fingerprint(cfg, stage, notebook, [], judged_run) == run.fingerprint(cfg, stage, notebook, [])
+    assert fingerprints.fingerprint(cfg, stage, notebook, [], judged_run) == fingerprints.fingerprint(cfg, stage, notebook, [])
     labelling.keep(judged_run, [labelling.read(write(tmp_path / "ana.json", ana), run_)])
     assert agreement.human_labels(judged_run)[l2] == "no_leak"
     judgements = store.read_jsonl(judged_run / "judgements.jsonl")
     leak = correction.from_human(agreement.human_labels(judged_run), judgements)["leak"]
     assert leak.counts() == (1, 1, 1, 1)  # l1 caught, n2 missed, n1 right, l2 a false leak
-    first = run.fingerprint(cfg, stage, notebook, [], judged_run)
-    assert first != run.fingerprint(cfg, stage, notebook, [])
+    first = fingerprints.fingerprint(cfg, stage, notebook, [], judged_run)
+    assert first != fingerprints.fingerprint(cfg, stage, notebook, [])
     labelling.keep(judged_run, [labelling.read(write(tmp_path / "ana.json", {**ana, "labeller": "Ann"}), run_)])
-    assert run.fingerprint(cfg, stage, notebook, [], judged_run) != first
+    assert fingerprints.fingerprint(cfg, stage, notebook, [], judged_run) != first
     # Conversations probed again since: their labels are set aside, not an error.
     convs = store.read_jsonl(judged_run / "conversations.jsonl")
     for c in convs:

@@ -51,6 +51,26 @@ def test_the_digest_follows_the_bytes_of_the_code_a_stage_runs(copied):
     assert sources.digest(graph, copied) == changed
 
 
+def test_a_file_a_parameter_names_is_read_by_its_stages_only(copied, tmp_path):
+    from pbench import config, fingerprints
+    from tests.conftest import minimal_params
+
+    dev = (copied / "data" / "judge_dev.jsonl")  # the shipped dev set is no stage's code ...
+    graph = NOTEBOOKS / "01_social_graph.ipynb"
+    before = sources.digest(graph, copied, fingerprints.PACKAGE_FILES)
+    dev.write_text(dev.read_text() + "\n")
+    assert sources.digest(graph, copied, fingerprints.PACKAGE_FILES) == before
+    mine = tmp_path / "dev.jsonl"  # ... it is a file stages 05 and 07 read, through validation.dev_set
+    mine.write_bytes(dev.read_bytes())
+    cfg = config.parse(minimal_params(**{"validation.dev_set": str(mine)}))
+    stages = {s.name: s for s in run.STAGES}
+    fp = {n: fingerprints.fingerprint(cfg, stages[n], NOTEBOOKS / f"{n}.ipynb", []) for n in stages}
+    mine.write_text(mine.read_text() + '{"changed": true}\n')
+    now = {n: fingerprints.fingerprint(cfg, stages[n], NOTEBOOKS / f"{n}.ipynb", []) for n in stages}
+    assert [n for n in stages if now[n] != fp[n]] == ["05_scoring", "07_validation"]
+    assert fingerprints.named_file(config.parse(minimal_params()), "community.personas_path").name == "personas.jsonl"
+
+
 @pytest.mark.slow
 def test_editing_a_module_a_stage_imports_reruns_it_and_the_stages_after(project, copied, monkeypatch):  # noqa: F811
     tmp_path, nbs, params, stages = project

@@ -12,7 +12,8 @@ import json
 import random
 from pathlib import Path
 
-from pbench import identities
+from pbench import identities, store
+from pbench.config import PACKAGE_FILES
 from pbench.community.drafts import LifeEventDraft, ProfileDraft
 from pbench.community.facts import DAY, NO_VALUE, month_date, months_in, norm
 from pbench.community.prose import scrub_names
@@ -26,7 +27,7 @@ def load_personas(path: str | Path | None = None) -> list[dict[str, str]]:
     Raises:
         ValueError: a line without a persona, naming the file and line.
     """
-    path = Path(path) if path else Path(__file__).parents[1] / "data" / "personas.jsonl"
+    path = Path(path) if path else store.PACKAGE_DATA / PACKAGE_FILES["community.personas_path"]
     if not path.is_file():
         raise ValueError(f"{path}: no such personas file (community.personas_path)")
     out = []

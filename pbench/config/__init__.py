@@ -24,6 +24,7 @@ from pbench.config.models import CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelLi
 from pbench.config.runconfig import RunConfig
 from pbench.config.sections import (
     CHAT_STRATEGIES,
+    PACKAGE_FILES,
     DRAFT_ROUNDS,
     DRAFTING,
     Community,
@@ -62,7 +63,7 @@ __all__ = [
     "FILE_FIELDS", "WORLD_ENV", "load", "parse", "verify_model_files",
     "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
     "RunConfig",
-    "CHAT_STRATEGIES", "DRAFT_ROUNDS", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
+    "CHAT_STRATEGIES", "PACKAGE_FILES", "DRAFT_ROUNDS", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
     "PromptVariant", "Strategy", "Validation",
     "BUILT_IN", "ENTRY_POINTS", "NO_PROMPT", "OWN_PROMPT", "START_DIR", "PlannedTarget", "TargetKind", "TargetSpec",
     "TargetSpecBase", "check_targets", "kind", "kinds", "label_of", "plan_targets", "target_kind",

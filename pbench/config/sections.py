@@ -13,6 +13,11 @@ from pydantic import Field, model_validator
 from pbench.config.base import Fraction, IntRange, Strict
 
 
+PACKAGE_FILES = {"community.personas_path": "personas.jsonl", "validation.dev_set": "judge_dev.jsonl"}
+"""A parameter that names a file, to the file of the package's data (``store.PACKAGE_DATA``)
+it means when left out. The stages that read one hash its bytes (``pbench.fingerprints``)."""
+
+
 class Period(Strict):
     start: dt.date = dt.date(2023, 1, 1)
     end: dt.date = dt.date(2024, 12, 31)
