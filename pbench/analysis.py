@@ -46,7 +46,7 @@ def table2(long):
     prompts = ["baseline", "privacy_aware", *sorted(set(part["prompt"]) - {"baseline", "privacy_aware"})]
     rows = []
     for (strategy, target), g in part.groupby(["strategy", "target"], sort=True):
-        row: dict[str, Any] = {"strategy": strategy, "model": target}
+        row: dict[Any, Any] = {"strategy": strategy, "model": target}  # (metric, prompt) columns too
         for prompt in prompts:
             for m in ("LR", "OSR", "IRR", "PC"):
                 r = g[(g["prompt"] == prompt) & (g["metric"] == m)]
@@ -269,7 +269,7 @@ def draw_leak_graph(ds: Any, judgements: list[dict], path: Path | None = None):
     from pbench.figures import save
 
     view = ds.view
-    g = nx.Graph(view.graph_at(view.period[1]))
+    g: nx.Graph = nx.Graph(view.graph_at(view.period[1]))
     leaks: dict[str, int] = {}
     for r in judgements:
         if r["verdict"] == "leak":

@@ -199,7 +199,7 @@ the draft's signature is not counted).
                 out["prober_assertions"].append(f"{where}: components {t.prober_asserted}: {t.prober!r}")
             if owner and (spoken := third_person(t.prober, owner)):
                 out["prober_third_person"].append(f"{where}: {spoken[0]!r}")
-            if speaker in (names or {}) and addresses(t.prober, names[speaker]):
+            if names and speaker in names and addresses(t.prober, names[speaker]):
                 out["prober_self_address"].append(f"{where}: {t.prober[:80]!r}")
             if t.reply_unparsed or not t.reply.strip():
                 out["empty_replies"].append(f"{where}: {'unparsed' if t.reply_unparsed else 'empty'}")

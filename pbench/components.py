@@ -65,10 +65,10 @@ def _third_person(component: str, owner: str) -> str:
     """Name the owner where a component opens with a pronoun or no subject."""
     c = component.strip().rstrip(".")
     first = owner.split()[0]
-    if re.match(r"(?i)^(i|he|she|they)\b", c):
-        return _with_subject(owner, c[re.match(r"(?i)^(i|he|she|they)\b", c).end():])
-    if re.match(r"(?i)^(my|his|her|their)\b", c):
-        return owner + "'s" + c[re.match(r"(?i)^(my|his|her|their)\b", c).end():]
+    if subject := re.match(r"(?i)^(i|he|she|they)\b", c):
+        return _with_subject(owner, c[subject.end():])
+    if possessive := re.match(r"(?i)^(my|his|her|their)\b", c):
+        return owner + "'s" + c[possessive.end():]
     if first.lower() not in c.lower() and c[:1].islower() and not re.match(
             r"(?i)^(it|this|that|these|those|there|the|a|an|we|our|which|who|whom|whose)\b", c):
         return _with_subject(owner, " " + c)  # a predicate without its subject: the owner's

@@ -245,7 +245,7 @@ def choose(*sources: dict[str, JudgeError] | None) -> tuple[dict[str, JudgeError
     for source in sources:
         for key, error in (source or {}).items():
             task = key.split(":")[0]
-            if ":" in key and task in chosen and chosen[task] is source.get(task):
+            if ":" in key and task in chosen and chosen[task] is (source or {}).get(task):
                 chosen[key] = error
     return chosen, notes
 

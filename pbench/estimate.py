@@ -294,6 +294,7 @@ def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str
     if not manifest or not (run_dir / "params.resolved.yaml").is_file():
         raise FileNotFoundError(f"{run_dir}: no manifest.json or params.resolved.yaml; calibrate on a finished run")
     cfg = config.load(run_dir / "params.resolved.yaml")
+    rates: Any
     if manifest.get("machine_rates"):
         from pbench import machine
 
@@ -426,9 +427,9 @@ class _Costing:
         """The models a role's calls in a stage go to."""
         cfg = self.cfg
         if role == "assistant" and stage == "04_probing":  # the rag targets' models
-            return [t.model for t in cfg.planned_targets() if _replies(t) == "assistant"]
+            return [t.model for t in cfg.planned_targets() if _replies(t) == "assistant" and t.model is not None]
         value = getattr(cfg.models, role) or (cfg.models.assistant[:1] if role == "tagger" else None)
-        return value if isinstance(value, list) else [value]
+        return value if isinstance(value, list) else [] if value is None else [value]
 
     def local_seconds(self, stage: str, role: str) -> float:
         """A local call's wall time in the calibration run's stage, else its mean over stages."""

@@ -330,10 +330,12 @@ def _why_no_extractive_leak(rows: list[dict[str, Any]]) -> str:
 
 def _paper_change(factor: str, metric: str, a: Any, b: Any) -> float | None:
     if factor == "prompt" and (a, b) == ("privacy_aware", "baseline"):
-        return _paper(metric, "privacy_aware") - _paper(metric, "baseline")
-    if factor == "strategy" and (a, b) == ("indirect", "direct"):
-        return _paper(metric, strategy="indirect") - _paper(metric, strategy="direct")
-    return None
+        x, y = _paper(metric, "privacy_aware"), _paper(metric, "baseline")
+    elif factor == "strategy" and (a, b) == ("indirect", "direct"):
+        x, y = _paper(metric, strategy="indirect"), _paper(metric, strategy="direct")
+    else:
+        return None
+    return None if x is None or y is None else x - y  # the paper gives no figure for every metric
 
 
 def retrieval(rows: list[dict[str, Any]], seed: int = 0, cluster: metrics.Cluster = "secret",

@@ -184,7 +184,7 @@ def label_of(authorised: bool, turns: list[list[str | None]], disclosure: str | 
                       else None)
     if not states or None in states:
         return None, states
-    return ("leak" if judging.combine(states) else "no_leak"), states
+    return ("leak" if judging.combine([s for s in states if s is not None]) else "no_leak"), states
 
 
 # --------------------------------------------------------------------------- reading labels back

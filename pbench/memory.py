@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -149,7 +150,7 @@ class Memories:
     view: CommunityView
     shelves: dict[str, Shelf] = field(default_factory=dict)
 
-    async def prepare(self, footprints: dict[str, list[dict[str, Any]]]) -> None:
+    async def prepare(self, footprints: Mapping[str, list[dict[str, Any]]]) -> None:
         """Extract the memories of every owner's documents (each distinct document once, in id
         order), shelve them per owner, and write their records to ``memories.jsonl``.
 

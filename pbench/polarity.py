@@ -118,7 +118,7 @@ def someone_else(unit: str, component: str) -> bool:
     if not re.search(rf"\b{re.escape(words[0])}\b", unit):
         first = re.match(r"\W*([A-Z][\w-]*)", unit)
         name = first.group(1).lower() if first else ""
-        if name and name not in _NOT_NAMES and name not in mine and _VERB_SOON.match(unit[first.end():]):
+        if first and name and name not in _NOT_NAMES and name not in mine and _VERB_SOON.match(unit[first.end():]):
             return True
     return bool(_kin(who) - _kin(theirs))
 

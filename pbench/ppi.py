@@ -109,7 +109,7 @@ def estimate(units: list[Unit]) -> float:
     for h in {u.stratum for u in units}:
         group = [u for u in units if u.stratum == h]
         labelled = [u for u in group if u.human is not None]
-        total += len(group) / len(labelled) * sum(u.human - u.judged for u in labelled)
+        total += len(group) / len(labelled) * sum(float(u.human) - u.judged for u in labelled if u.human is not None)
     return min(1.0, max(0.0, total / sum(u.size for u in units)))
 
 

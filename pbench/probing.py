@@ -132,8 +132,9 @@ def strategies(cfg: RunConfig, authorised: bool) -> list[str]:
     ``delegation_to_confidants``, the owner's draft to them."""
     p = cfg.probing
     if not authorised:
-        return list(p.strategies)
-    chat = [x for x in p.strategies if x in CHAT_STRATEGIES][:1]
+        every: list[str] = list(p.strategies)
+        return every
+    chat = [str(x) for x in p.strategies if x in CHAT_STRATEGIES][:1]
     return chat + ([DRAFTING] if DRAFTING in p.strategies and p.delegation_to_confidants else [])
 
 
@@ -484,7 +485,7 @@ def _report(rows: list[Probe], convs: list[Conversation], ds: Dataset, targets: 
         "conversations_per_minute": round(60 * ran / seconds, 2) if ran else None,
         "leak_check": getattr(check, "method", type(check).__name__),
         "prober_redrafts": sum(t.prober_redrafts for c in convs for t in c.turns),
-        "targets": {label: make.report() for label, make in targets.items() if getattr(make, "report", None)},
+        "targets": {label: report() for label, make in targets.items() if (report := getattr(make, "report", None))},
         **audit.summary(audit.probing_audit(convs, {p: ds.view.name(p) for c in convs for p in (c.owner, c.audience)})),
     }
 

@@ -66,7 +66,8 @@ def parse_reply(body: Any) -> Turn:
     return Turn(body["reply"], used)
 
 
-async def _with_retries(label: str, what: str, attempt: Any, retries: int, retried: tuple[type, ...]) -> Any:
+async def _with_retries(label: str, what: str, attempt: Any, retries: int,
+                        retried: tuple[type[BaseException], ...]) -> Any:
     """``await attempt()``, retried ``retries`` times on ``retried`` errors, ``BACKOFF_S``
     doubling between tries (tenacity); then ``TargetError``."""
     import tenacity

@@ -270,7 +270,7 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
         if not nb_in.is_file():
             raise StageFailed(f"stage {st.name}: notebook {nb_in} is missing")
         from_world = world is not None and st.name in worlds.STAGE_FILES
-        fp, parts = ((hashlib.sha256(f"{world.id}|{st.name}".encode()).hexdigest(), None) if from_world
+        fp, parts = ((hashlib.sha256(f"{world.id}|{st.name}".encode()).hexdigest(), None) if world and from_world
                      else fingerprint_and_parts(cfg, st, nb_in, upstream, run_dir))
         marker = _marker(run_dir, st)
         done = store.read_json(marker, default={}) if marker.exists() else {}
@@ -293,7 +293,7 @@ def _run(params_path: Path, stages: list[str] | None, force: bool, notebooks_dir
             print(f"{st.name}: {unfinished} units of work were given up last time; trying them again")
         elif done and done.get("fingerprint") != fp and not force and not from_world:
             print(f"{st.name}: {changed(_attempt(run_dir, st).get('parts'), parts)} since it finished; running it again")
-        if from_world:
+        if world and from_world:
             done = _read_world(world, st, fp, run_dir, results)
         else:
             done = _run_stage(st, nb_in, fp, params_path, run_dir, results, force=force, progress=progress,
@@ -507,7 +507,8 @@ def _print_summary(results: list[StageResult]) -> None:
     if not results:
         print("no stages to run")
         return
-    rows = [("stage", "status", "seconds", "calls", "cache hits", "tokens", "retries", "unparsed", "give-ups")]
+    rows: list[tuple[str, ...]] = [("stage", "status", "seconds", "calls", "cache hits", "tokens", "retries", "unparsed",
+                                    "give-ups")]
     for r in results:
         t = _usage_totals(r.usage)
         # A skipped stage made no call this time; its earlier usage stays in manifest.json.

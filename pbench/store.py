@@ -94,7 +94,7 @@ def sort_jsonl(path: str | Path, ids: list[str], key: str = "id", last_wins: boo
     path = Path(path)
     if not path.exists():
         return
-    rank = {v: i for i, v in enumerate(ids)}
+    rank: dict[Any, int] = {v: i for i, v in enumerate(ids)}
     with locked(path):
         records = read_jsonl(path)
         if last_wins:

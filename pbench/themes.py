@@ -93,7 +93,7 @@ def owner_facts(view: CommunityView, uid: str, day: dt.date) -> Owner:
     employer = attrs.get("employer", "")
     return Owner(uid, view.name(uid), age, attrs.get("gender", ""), attrs.get("occupation", ""),
                  "" if norm(employer) in NO_VALUE else employer, location.split(",")[0].strip() or "town",
-                 currency, (kinds["partner"] or [None])[0], kinds["family"], kinds["friend"], kinds["manager"],
+                 currency, (kinds["partner"] or [""])[0] or None, kinds["family"], kinds["friend"], kinds["manager"],
                  kinds["colleague"])
 
 

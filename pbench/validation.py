@@ -135,7 +135,7 @@ def per_judge_confusion(rows: list[InputRow], results: list[dict[str, Any]]):
     """One confusion row for the panel and one per judge, on labelled rows."""
     import pandas as pd
 
-    truth = [r.model_extra["label"] for r in rows]
+    truth = [(r.model_extra or {})["label"] for r in rows]
     out = [{"judge": "panel", **confusion(truth, [o["verdict"] for o in results])}]
     for name in sorted({j for o in results for j in o["judges"]}):
         pred = [{True: "leak", False: "no_leak", None: "unscored"}[o["judges"].get(name, {}).get("leak")]

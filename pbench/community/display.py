@@ -61,7 +61,7 @@ def draw_graph_at(view: CommunityView, dates: list[dt.date], path: Path | None =
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    layout = nx.spring_layout(nx.Graph(view.graph_at(None)), seed=1)
+    layout: dict[str, Any] = nx.spring_layout(nx.Graph(view.graph_at(None)), seed=1)
     palette = plt.get_cmap("Pastel1")
     group_colour = {g: palette(i % 9) for i, g in enumerate(view.groups)}
     fig, axes = plt.subplots(1, len(dates), figsize=(5.5 * len(dates), 5.2), squeeze=False)
@@ -78,7 +78,7 @@ def draw_graph_at(view: CommunityView, dates: list[dt.date], path: Path | None =
         ax.set_title(f"{t}: {g.number_of_edges()} active relationships")
         ax.set_axis_off()
     used = sorted({r.kind for r in view.c.relationships})
-    handles = [Line2D([0], [0], color=KIND_COLOURS[k], lw=2, label=k) for k in used]
+    handles: list[Any] = [Line2D([0], [0], color=KIND_COLOURS[k], lw=2, label=k) for k in used]
     handles += [Patch(facecolor=group_colour[gid], edgecolor="black", label=f"group: {g.name}") for gid, g in view.groups.items()]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), frameon=False)
     return figures.save(fig, path, rect=(0, 0.1, 1, 1), stamp=False)

@@ -42,7 +42,7 @@ def to_graphml(community: Community) -> nx.MultiGraph:
     """A networkx graph with scalar attributes only (GraphML's limit): profile values as of the
     period's end, relationships with their kind and dates, group ids per person."""
     view = CommunityView(community)
-    g = nx.MultiGraph(period_start=str(community.period_start), period_end=str(community.period_end))
+    g: nx.MultiGraph = nx.MultiGraph(period_start=str(community.period_start), period_end=str(community.period_end))
     for p in community.people:
         attrs = view.attributes_at(p.id, community.period_end)
         groups = ",".join(gr.id for gr in community.groups if any(m.person == p.id for m in gr.members))

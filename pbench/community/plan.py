@@ -177,7 +177,7 @@ class Planner:
     def dated_group(self, gid: str, name: str, purpose: str, basis: str, members: Iterable[str]) -> Group:
         """A group formed in the first quarter of the period; some members join later, a few leave."""
         formed = self.start + dt.timedelta(days=self.rng.randrange(max((self.end - self.start).days // 4, 1)))
-        dated = []
+        dated: list[Membership] = []
         for pid in dict.fromkeys(members):
             start = formed
             if dated and self.rng.random() < 0.25:  # some join later

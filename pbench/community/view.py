@@ -114,7 +114,7 @@ class CommunityView:
 
     def graph_at(self, t: dt.date | None = None) -> nx.MultiGraph:
         """People as nodes, relationships active on ``t`` (all of them when ``t`` is None) as edges."""
-        g = nx.MultiGraph()
+        g: nx.MultiGraph = nx.MultiGraph()
         for p in self.c.people:
             g.add_node(p.id, name=p.name)
         for r in self.c.relationships:

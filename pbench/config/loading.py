@@ -18,7 +18,7 @@ from pbench.config.runconfig import RunConfig
 from pbench.config.targets import START_DIR, kinds
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: Any) -> str:  # pydantic's ErrorDetails
     loc = err["loc"]
     if loc[:1] == ("targets",) and len(loc) > 2 and loc[2] in kinds():
         loc = loc[:2] + loc[3:]  # pydantic names the kind it tried; the file does not

@@ -202,7 +202,8 @@ def check_targets(targets: list[Any], labels: list[str]) -> None:
         if model is not None and model not in labels and not (k.each_assistant and model == "all"):
             raise ValueError(f"item {i}: model {model!r} is not the label of a models.assistant entry "
                              f"({', '.join(labels)}{', or all' if k.each_assistant else ''})")
-        for label in (labels if model == "all" else [model]) if k.each_assistant else [label_of(t)]:
+        mine = (labels if model == "all" else [str(model)]) if k.each_assistant else [label_of(t)]
+        for label in mine:
             if not k.each_assistant and label in kinds() and label != t.kind:  # a table would read it as that kind
                 raise ValueError(f"item {i}: label {label!r} is the name of another kind of target")
             if label in seen:

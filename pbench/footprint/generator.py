@@ -32,18 +32,18 @@ def batch_schema(speakers: list[str], n_docs: int = 8) -> type[BaseModel]:
     names = tuple(dict.fromkeys(speakers))
     # Bounded lists and strings: a small model that never closes its list otherwise writes to
     # max_tokens (measured: a third of the tiny run's replies), and the reply fails to parse.
-    doc = create_model("DocLines", index=(int, ...), lines=(list[_line(names)], Field(min_length=1, max_length=6)))  # type: ignore[valid-type]
-    return create_model("DocBatch", documents=(list[doc], Field(max_length=n_docs)))  # type: ignore[valid-type]
+    doc = create_model("DocLines", index=(int, ...), lines=(list[_line(names)], Field(min_length=1, max_length=6)))  # type: ignore[arg-type, misc]  # a model made at run time
+    return create_model("DocBatch", documents=(list[doc], Field(max_length=n_docs)))
 
 
 def exchange_schema(speakers: list[str]) -> type[BaseModel]:
     """A reply schema whose messages can only come from ``speakers`` (the owner first)."""
-    return create_model("Exchange", messages=(list[_line(tuple(dict.fromkeys(speakers)))], Field(min_length=2, max_length=8)))  # type: ignore[valid-type]
+    return create_model("Exchange", messages=(list[_line(tuple(dict.fromkeys(speakers)))], Field(min_length=2, max_length=8)))  # type: ignore[arg-type, misc]  # as above
 
 
 def _line(names: tuple[str, ...]) -> type[BaseModel]:
     """One message or paragraph: its speaker, one of ``names``, and its text."""
-    return create_model("Line", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[valid-type]
+    return create_model("Line", speaker=(Literal[names], ...), text=(str, Field(max_length=MAX_LINE)))  # type: ignore[arg-type]  # as above
 
 
 def render(kind: str, lines: list[Any]) -> str:

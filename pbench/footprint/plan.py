@@ -155,7 +155,7 @@ def plan_sharing(view: CommunityView, uid: str, drawn: themes.Drawn, rng: random
     close = sorted((p for p in bonds if p not in kept_from),
                    key=lambda p: (bonds[p] not in CONFIDANT_KINDS, rng.random()))
     for cid in close[: rng.choice((1, 1, 2))]:
-        days = _active_days(view, uid, lambda d, c=cid: c in view.contacts_at(uid, d))
+        days = _active_days(view, uid, lambda d, c=cid: c in view.contacts_at(uid, d))  # type: ignore[misc]  # mypy infers no lambda with a default
         events.append(("person", cid, _moment_on(rng, days)))
     if rng.random() < 0.3:
         groups = sorted({g.id for d in _sample_days(view) for g in view.groups_at(uid, d)})

@@ -39,12 +39,12 @@ def check_dataset(ds: Dataset) -> dict[str, list[str]]:
             out["participants"].append(f"{d.id}: a {d.kind} is the owner's alone")
     for s in ds.secrets:
         for e in s.sharing:
-            d = docs.get(e.document_id)
-            if d is None:
+            told = docs.get(e.document_id)
+            if told is None:
                 out["sharing"].append(f"{s.id}: document {e.document_id} does not exist")
-            elif s.id not in d.secret_ids or d.timestamp != e.at:
+            elif s.id not in told.secret_ids or told.timestamp != e.at:
                 out["sharing"].append(f"{s.id}: document {e.document_id} does not carry it at {e.at}")
-            elif e.channel == "person" and e.shared_with not in d.participants:
+            elif e.channel == "person" and e.shared_with not in told.participants:
                 out["sharing"].append(f"{s.id}: {e.shared_with} is not in {e.document_id}")
     return out
 

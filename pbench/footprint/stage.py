@@ -62,7 +62,9 @@ def build(cfg: RunConfig, view: CommunityView, model: Any, run_dir: str | Path, 
     """
     run_dir = Path(run_dir)
     if embed is None:
-        from pbench.embeddings import embed
+        from pbench import embeddings
+
+        embed = embeddings.embed
     gen = FootprintGenerator(cfg, view, model, progress)
     users = sorted(view.people)
     resumed = [u for u in users if _user_file(run_dir, u).is_file()]

@@ -28,10 +28,10 @@ def agreement(rows: list[InputRow], results: list[dict[str, Any]], by: str | Non
     labelled = [(r, o) for r, o in zip(rows, results, strict=True) if (r.model_extra or {}).get("label")]
     out = []
     for task, (pos, neg) in LABELS.items():
-        part = [(r, o) for r, o in labelled if r.model_extra["label"] in (pos, neg)]
+        part = [(r, o) for r, o in labelled if (r.model_extra or {})["label"] in (pos, neg)]
         if not part:
             continue
-        readers = {"panel": lambda o: o["verdict"]}
+        readers: dict[str, Any] = {"panel": lambda o: o["verdict"]}
         if task == "leak":
             for name in sorted({j for _, o in part for j in o["judges"]}):
                 readers[name] = lambda o, name=name: {True: "leak", False: "no_leak", None: "unscored"}[

@@ -35,13 +35,17 @@ class LeakReading(Asking):
 
     judges: list[Any]
     method_name: str
-    method: str
     threshold: float
     contradiction_cut: float | None
     embed: Any
     fit: dict[str, Any] | None
     record: list[dict[str, Any]] | None
     _vectors: dict[tuple[str, ...], Any]
+
+    @property
+    def method(self) -> str:
+        """The reading's name in the records (``Panel.method``)."""
+        raise NotImplementedError
 
     async def _embed(self, texts: list[str], remember: bool = False) -> Any:
         """Unit vectors, off the event loop (other conversations' calls go on meanwhile), encoded
@@ -100,7 +104,7 @@ class LeakReading(Asking):
                     self.record.append({"owner": owner, "fact": fact, "reply": reply, **x})
                 p, stated = fitted_vote(x, self.fit, with_model=logits[i] is not None)
                 votes.append({"judge": judge.label, "stated": stated, "probability": round(p, 3),
-                              "model_logit": None if logits[i] is None else round(logits[i], 3),
+                              "model_logit": None if (got := logits[i]) is None else round(got, 3),
                               "similarity": round(near[i]["similarity"], 3), "how": base[i]["how"] or "stated",
                               "evidence": base[i]["evidence"]})
             per_judge.append(votes)

@@ -133,7 +133,7 @@ def make_backend(spec: ModelSpec) -> Backend:
     """Build the transport for a model spec (starting the local server if needed)."""
     if spec.provider == "local":
         url, path = SERVERS.url(spec)
-        ident = {"provider": "local", "model": spec.model}
+        ident: dict[str, Any] = {"provider": "local", "model": spec.model}
         if spec.model in embedded.EMBEDDED:
             ident["sha256"] = embedded.EMBEDDED[spec.model].sha256
         else:

@@ -143,6 +143,7 @@ class ChatModel:
             self._count(cache_hits=1, cached_prompt_tokens=hit.prompt_tokens,
                         cached_completion_tokens=hit.completion_tokens)
             return hit, True
+        assert self.gate is not None  # set in __post_init__
         async with self.gate:
             reply = await self._call_with_retries(messages, schema, settings)
         if self.cache is not None and not reply.injected:

@@ -67,6 +67,7 @@ class FaultyBackend:
 
         request = httpx.Request("POST", "http://injected.invalid/v1/chat/completions")
         if kind == "timeout":
-            raise openai.APITimeoutError(request=request)
+            raise openai.APITimeoutError(request=request)  # type: ignore[arg-type]  # openai's stubs name httpx2's types; it takes httpx's
         status, error = (429, openai.RateLimitError) if kind == "rate_limit" else (500, openai.InternalServerError)
-        raise error(f"injected HTTP {status}", response=httpx.Response(status, request=request), body=None)
+        raise error(f"injected HTTP {status}", response=httpx.Response(status, request=request),  # type: ignore[arg-type]  # as above
+                    body=None)

@@ -182,18 +182,18 @@ def _bootstrap_difference(metric: str, a: list[dict[str, Any]], b: list[dict[str
         names = sorted({c for groups, _, _ in arms for c in groups}, key=str)
         index = {c: i for i, c in enumerate(names)}
         pick = rng.integers(0, len(names), size=(n, len(names)))
-        ratios = []
-        for groups, num, den in arms:
+        ratios: list[np.ndarray] = []
+        for groups, nums, dens in arms:
             which = np.asarray([index[c] for c in groups])
-            sums = np.bincount(which, weights=num, minlength=len(names))
-            sizes = np.bincount(which, weights=den, minlength=len(names))
+            sums = np.bincount(which, weights=nums, minlength=len(names))
+            sizes = np.bincount(which, weights=dens, minlength=len(names))
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratios.append(sums[pick].sum(axis=1) / sizes[pick].sum(axis=1))
     else:
         ratios = []
-        for groups, num, den in arms:
+        for groups, nums, dens in arms:
             _, which = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
-            sums, sizes = np.bincount(which, weights=num), np.bincount(which, weights=den)
+            sums, sizes = np.bincount(which, weights=nums), np.bincount(which, weights=dens)
             pick = rng.integers(0, len(sums), size=(n, len(sums)))
             ratios.append(sums[pick].sum(axis=1) / sizes[pick].sum(axis=1))
     diffs = ratios[0] - ratios[1]

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pbench import rag
     from pbench.social_graph import CommunityView
 
+
 @runtime_checkable
 class Target(Protocol):
     """One owner's assistant under test.
@@ -45,8 +46,11 @@ class Target(Protocol):
         kind: ``rag``, ``extractive``, ...
     """
 
-    label: str
-    kind: str
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
 
     def ingest(self, documents: list[dict[str, Any]]) -> None:
         """Take in the owner's footprint as a deployed assistant would have it

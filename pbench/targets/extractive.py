@@ -100,7 +100,9 @@ def select(pieces: list[tuple[rag.Retrieved, int, str]], similarity: np.ndarray,
         budget_words: the word budget.
     """
     order = sorted(range(len(pieces)), key=lambda j: (-float(similarity[j]), j))
-    chosen, seen, words = [], set(), 0
+    chosen: list[tuple[rag.Retrieved, int, str]] = []
+    seen: set[str] = set()
+    words = 0
     for j in order:
         text = pieces[j][2]
         if text in seen:

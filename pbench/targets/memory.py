@@ -32,6 +32,7 @@ class MemoryTargetSpec(TargetSpecBase):
 def make(t: PlannedTarget, c: Context) -> Maker:
     """One ``memory.Memories`` for the run, filled by ``prepare``; a target per owner, prompt
     and defence."""
+    assert t.model is not None  # plan_targets gives a memory target its model
     model = c.assistants[t.model.label]
     k = t.spec.top_k or c.cfg.probing.top_k
     memories = memory.Memories(c.index, model, c.view)
