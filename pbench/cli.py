@@ -196,7 +196,11 @@ def _fit(cfg: Any, args: argparse.Namespace) -> int:
     with tqdm(desc="tune rows", unit="row", disable=args.quiet) as bar:
         items = judgefit.pairs(panel, tune, progress=bar)
         shares = judgefit.fit_cut(judgefit.disclosure_logits(panel, tune, progress=bar))
-    found = judgefit.fit_both(items)
+    try:
+        found = judgefit.fit_both(items)
+    except ValueError as exc:
+        print(f"error: {src}: {exc}", file=sys.stderr)
+        return 2
     if shares is not None:  # a judge without log-probabilities: the JSON question decides confidants
         found["disclosure"] = shares
     found["source"] = f"{src.name}, split tune; judge {', '.join(j.label for j in panel.judges)}"

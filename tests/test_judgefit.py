@@ -71,6 +71,17 @@ def test_fit_recovers_a_known_rule():
     assert "model" in judgefit.explain(found) and "without log-probabilities" in judgefit.explain(found)
 
 
+def test_the_fit_is_the_penalised_optimum_with_an_unpenalised_bias():
+    rng = np.random.default_rng(1)
+    X = np.column_stack([np.ones(300), rng.normal(0, 2, 300), rng.random(300) < 0.4])
+    y = (rng.random(300) < 1 / (1 + np.exp(-(0.5 + 1.2 * X[:, 1] - 2 * X[:, 2])))).astype(float)
+    for l2 in (0.1, 1.0, 10.0):
+        w = judgefit.fit(X, y, l2)
+        p = 1 / (1 + np.exp(-X @ w))
+        gradient = X.T @ (p - y) + l2 * np.r_[0.0, w[1:]]  # the objective's: zero at its optimum
+        assert np.abs(gradient).max() < 1e-6
+
+
 def test_the_combined_panel_weighs_the_model_and_the_code(tmp_path):
     fit = {"weights": {"bias": -1.0, "model": 1.0, "code": 2.0, "echo": -5.0}, "cut": 0.5}
     # The judge model says yes exactly when the fact's last word is in the reply.
@@ -161,6 +172,10 @@ def test_pbench_judge_fit_writes_the_confidant_cut_with_the_weights(tmp_path, mo
             "response": "I'm moving to Leeds", "components_revealed": [True], "label": "leak", "split": "tune"}
     src = tmp_path / "dev.jsonl"
     src.write_text("\n".join(r.model_dump_json() for r in rows) + "\n" + json.dumps(leak) + "\n")
+    assert cli.main(["judge", "--params", str(params), "--input", str(src), "--fit", "--quiet"]) == 2
+    assert "tune pairs all have one label (1 stated): a fit needs both" in capsys.readouterr().err  # no leak row yet
+    no_leak = {**leak, "id": "n", "response": "I'm staying put", "components_revealed": [False], "label": "no_leak"}
+    src.write_text(src.read_text() + json.dumps(no_leak) + "\n")
     assert cli.main(["judge", "--params", str(params), "--input", str(src), "--fit", "--quiet"]) == 0
     assert written["disclosure"]["n"] == 3 and written["disclosure"]["accuracy_tune"] == 1.0  # tune rows only
     assert "confidants: shared when" in capsys.readouterr().out
