@@ -10,6 +10,7 @@ key, so the run also shows that a key taken from the environment is written nowh
 import contextlib
 import json
 import re
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from pbench import cli, config, embedded, estimate, footprint as fp, llm, probing as pr, reproduce, run, social_graph as sg
+from pbench import sources
 from pbench import world as worlds
 
 SHIPPED = run.repo_root() / "worlds" / "tiny-v1"
@@ -241,14 +243,27 @@ def _reproduces(out, data, tmp_path, ran, stages=None) -> None:
     params2.write_text(yaml.safe_dump({**data, "outputs_dir": str(other),
                                        "llm": {**data.get("llm", {}), "cache_path": str(other / "llm_cache.sqlite")}}))
     compared = len(reproduce.data_files(out))
-    for forced in (False, True):
-        redone = run.run(params2, stages=stages, force=forced, progress=False)
+    judged = "04_probing" in {s.name for s in ran}
+    for how in ("cached", "a changed judge rule", "--force") if judged else ("cached", "--force"):
+        with pytest.MonkeyPatch.context() as mp:
+            if how == "a changed judge rule":  # the code stages 04-07 run, edited: they rerun, from the cache
+                copy = tmp_path / "edited" / "pbench"
+                if not copy.exists():
+                    shutil.copytree(sources.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+                    votes = copy / "judging" / "votes.py"
+                    votes.write_text(votes.read_text() + "\n# a judge rule, edited\n")
+                mp.setattr(sources, "PACKAGE", copy)
+            redone = run.run(params2, stages=stages, force=how == "--force", progress=False)
         calls = reproduce.model_calls(redone)
         differ = reproduce.differences(out, other / "tiny")
         with open(tmp_path / "reproduction.txt", "a") as fh:  # the figures, for whoever reads the run
-            fh.write(f"reproduction{' (--force)' if forced else ''}: {sum(calls.values())} model calls with {replies} "
-                     f"cached replies; {compared - len(differ)} of {compared} data files identical; {differ}\n")
-        assert calls == dict.fromkeys((s.name for s in ran), 0)
+            fh.write(f"reproduction ({how}): {[r.status for r in redone]}: {sum(calls.values())} model calls with "
+                     f"{replies} cached replies; {compared - len(differ)} of {compared} data files identical; {differ}\n")
+        if how == "a changed judge rule":
+            assert [r.name for r in redone if r.status == "ran"] == [s.name for s in run.STAGES[3:]]
+            assert calls == dict.fromkeys((s.name for s in run.STAGES[3:]), 0)
+        else:
+            assert calls == dict.fromkeys((s.name for s in ran), 0)
         assert differ == {}
 
 
