@@ -6,7 +6,9 @@ hosted API would: for measuring pbench's concurrency and overhead without a mode
 Free-text requests get a short sentence that varies with the request (its last message and
 seed); requests with a ``json_schema`` response format get a minimal instance of the schema.
 Each request sleeps in its own thread, so requests overlap as they would against a hosted
-API. The server counts the requests it answered, those it refused for a wrong or missing
+API. It also serves the Batch API (``/v1/files``, ``/v1/batches``): a batch's items get the
+answers the live endpoint gives the same requests, and a test can hold batches in progress,
+leave items unanswered, or end a batch expired or cancelled (``LatencyServer`` attributes). The server counts the requests it answered, those it refused for a wrong or missing
 key, and the most it had in flight at once. The server is stdlib only; ``config_for`` binds a
 parameter file's roles to it.
 """
@@ -113,6 +115,14 @@ class LatencyServer(ThreadingHTTPServer):
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
+        # The Batch API: what a test sets, and what it counts.
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.batch_items = 0  # requests submitted in batches
+        self.hold = threading.Event()  # cleared: batches stay in progress until it is set
+        self.hold.set()
+        self.batch_end: Any = lambda n: "completed"  # the final status of the n-th batch (1, 2, ...)
+        self.unanswered: Any = lambda n, custom_id: False  # items the n-th batch leaves unanswered
 
     @property
     def url(self) -> str:
@@ -135,6 +145,41 @@ class LatencyServer(ThreadingHTTPServer):
         if fmt.get("type") == "json_schema":
             return json.dumps(instance(fmt["json_schema"]["schema"], array_items=self.array_items, tag=digest.hex()[:6]))
         return sentence(digest)
+
+    def new_batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Create a batch over an uploaded file (``POST /v1/batches``); it runs in a thread."""
+        lines = [json.loads(x) for x in self.files[request["input_file_id"]].decode().splitlines() if x.strip()]
+        with self._lock:
+            n = len(self.batches) + 1
+            self.batch_items += len(lines)
+            batch = {"id": f"batch_{uuid.uuid4().hex[:24]}", "object": "batch", "endpoint": request["endpoint"],
+                     "input_file_id": request["input_file_id"], "completion_window": request["completion_window"],
+                     "status": "in_progress", "created_at": int(time.time()), "output_file_id": None,
+                     "error_file_id": None, "request_counts": {"total": len(lines), "completed": 0, "failed": 0}}
+            self.batches[batch["id"]] = batch
+        threading.Thread(target=self._run_batch, args=(batch, lines, n), daemon=True).start()
+        return dict(batch)
+
+    def _run_batch(self, batch: dict[str, Any], lines: list[dict[str, Any]], n: int) -> None:
+        self.hold.wait()
+        end = self.batch_end(n)
+        out, errors = [], []
+        for line in lines:
+            if self.unanswered(n, line["custom_id"]):
+                if end == "completed":
+                    errors.append({"custom_id": line["custom_id"], "response": {"status_code": 500, "body": {
+                        "error": {"message": "injected", "type": "server_error"}}}})
+                continue
+            out.append({"id": f"req_{uuid.uuid4().hex[:12]}", "custom_id": line["custom_id"],
+                        "response": {"status_code": 200, "body": self.reply(line["body"])}, "error": None})
+        with self._lock:
+            for name, records in (("output_file_id", out), ("error_file_id", errors)):
+                if records:
+                    fid = f"file-{uuid.uuid4().hex[:24]}"
+                    self.files[fid] = "".join(json.dumps(r) + "\n" for r in records).encode()
+                    batch[name] = fid
+            batch["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(errors)}
+            batch["status"] = end
 
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
         """The chat-completion body for ``request`` (after waiting ``latency_s``)."""
@@ -167,17 +212,42 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # else the body waits ~40 ms for the client's delayed ACK of the headers
     server: LatencyServer
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server name
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
-            return
+    def _refused(self) -> bool:
         key = self.server.require_key
         if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
             with self.server._lock:
                 self.server.rejected += 1
             self._send(401, {"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
                                        "code": "invalid_api_key"}})
+            return True
+        return False
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        parts = self.path.strip("/").split("/")
+        if self._refused():
+            return
+        server = self.server
+        if parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
+            with server._lock:
+                self._send(200, dict(server.batches[parts[2]]))
+        elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in server.files:
+            self._send_bytes(200, server.files[parts[2]], "application/octet-stream")
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server name
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        path = self.path.rstrip("/")
+        if path not in ("/v1/chat/completions", "/v1/files", "/v1/batches"):
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+            return
+        if self._refused():
+            return
+        if path == "/v1/files":
+            self._send(200, self._upload(body))
+            return
+        if path == "/v1/batches":
+            self._send(200, self.server.new_batch(json.loads(body)))
             return
         try:
             request = json.loads(body)
@@ -186,10 +256,27 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, self.server.reply(request))
 
+    def _upload(self, body: bytes) -> dict[str, Any]:
+        """A multipart upload (``POST /v1/files``) kept in memory, as the Files API describes it."""
+        from email.parser import BytesParser
+        from email.policy import default
+
+        form = BytesParser(policy=default).parsebytes(
+            f"Content-Type: {self.headers.get('Content-Type')}\r\n\r\n".encode() + body)
+        fields = {part.get_param("name", header="content-disposition"): part for part in form.iter_parts()}
+        data = fields["file"].get_payload(decode=True)
+        fid = f"file-{uuid.uuid4().hex[:24]}"
+        with self.server._lock:
+            self.server.files[fid] = data
+        return {"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                "filename": fields["file"].get_filename() or "upload.jsonl", "purpose": "batch", "status": "processed"}
+
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json")
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from pbench.config.base import Strict
 from pbench.embedded import ALIASES, EMBEDDED
@@ -32,7 +32,7 @@ class Price(Strict):
     output: Annotated[float, Field(ge=0)]
 
 
-CALL_ONLY = ("max_concurrency", "timeout_s", "max_retries", "price_per_mtok")
+CALL_ONLY = ("max_concurrency", "timeout_s", "max_retries", "price_per_mtok", "batch", "batch_poll_s", "batch_failed")
 """Spec fields that say how to call a model, not what it answers: they never make a stage rerun."""
 
 
@@ -60,6 +60,18 @@ class ModelSpec(Strict):
         None, description="local .gguf files: the file's expected sha256, checked before the run starts")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra provider arguments")
     price_per_mtok: Price | None = Field(None, description="dollars per million input and output tokens (estimate only)")
+    batch: bool = Field(False, description="openai: send the calls made together through the Batch API (half price, "
+                                           "answers within 24 hours; pbench.llm.batch)")
+    batch_poll_s: Annotated[float, Field(gt=0)] = Field(30.0, description="seconds between polls of a batch's status")
+    batch_failed: Literal["resubmit", "live"] = Field(
+        "resubmit", description="an item a batch failed, expired or cancelled: in the next batch, or sent live")
+
+    @field_validator("batch")
+    @classmethod
+    def _batch_provider(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("provider") != "openai":
+            raise ValueError(f"the Batch API is offered for provider openai only, not {info.data.get('provider')!r}")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -26,6 +26,7 @@ The rooms, each importing only those above it in this list:
 - ``cache``: the response cache (``ResponseCache``, ``cache_key``, ``flush_caches``);
 - ``servers``: embedded models served in this process (``LocalServers``, ``SERVERS``);
 - ``backends``: transports to a model (``OpenAIBackend``, ``LangChainBackend``, ``make_backend``);
+- ``batch``: calls made together sent through the Batch API (``BatchBackend``);
 - ``faults``: fault injection (``FaultyBackend``);
 - ``chat``: the model a role is bound to (``ChatModel``);
 - ``roles``: the run's models by role (``Roles``).
@@ -35,6 +36,7 @@ this file.
 """
 
 from pbench.llm.backends import Backend, LangChainBackend, OpenAIBackend, make_backend
+from pbench.llm.batch import BatchBackend
 from pbench.llm.cache import ResponseCache, cache_key, flush_caches
 from pbench.llm.chat import ChatModel
 from pbench.llm.concurrency import RUNTIME, Gate, concurrency_of, gather_bounded, run_sync, server_of
@@ -47,6 +49,7 @@ from pbench.llm.servers import SERVERS, LocalServers
 
 __all__ = [
     "Backend", "LangChainBackend", "OpenAIBackend", "make_backend",
+    "BatchBackend",
     "ResponseCache", "cache_key", "flush_caches",
     "ChatModel",
     "RUNTIME", "Gate", "concurrency_of", "gather_bounded", "run_sync", "server_of",

@@ -37,9 +37,9 @@ class OpenAIBackend:
         # Our own retries and accounting; the client's would be invisible to the ledger.
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=spec.timeout_s)
 
-    async def generate(
-        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
-    ) -> RawReply:
+    def request(self, messages: Sequence[Message], schema: dict[str, Any] | None,
+                settings: dict[str, Any]) -> dict[str, Any]:
+        """The chat-completions request body for one call (live, or a line of a batch)."""
         kwargs: dict[str, Any] = {
             "model": self.spec.model if self.spec.provider != "local" else "local",
             "messages": list(messages),
@@ -56,26 +56,41 @@ class OpenAIBackend:
             }
         if settings.get("top_logprobs"):
             kwargs["logprobs"], kwargs["top_logprobs"] = True, settings["top_logprobs"]
-        resp = await self._client.chat.completions.create(**kwargs)
-        if not resp.choices:
-            raise TransientError("the server returned no choices")
-        usage = resp.usage
-        return RawReply(
-            text=resp.choices[0].message.content or "",
-            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-            reused_tokens=getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0,
-            top=_first_token_top(resp.choices[0]) if settings.get("top_logprobs") else None,
-        )
+        return kwargs
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply:
+        resp = await self._client.chat.completions.create(**self.request(messages, schema, settings))
+        return reply_of(resp.model_dump(), bool(settings.get("top_logprobs")))
 
 
-def _first_token_top(choice: Any) -> tuple[tuple[str, float], ...] | None:
+def reply_of(body: dict[str, Any], with_top: bool) -> RawReply:
+    """A chat-completion response body (live, or a batch's output line) as a ``RawReply``.
+
+    Raises:
+        TransientError: the body holds no choice.
+    """
+    if not body.get("choices"):
+        raise TransientError("the server returned no choices")
+    choice = body["choices"][0]
+    usage = body.get("usage") or {}
+    return RawReply(
+        text=(choice.get("message") or {}).get("content") or "",
+        prompt_tokens=usage.get("prompt_tokens") or 0,
+        completion_tokens=usage.get("completion_tokens") or 0,
+        reused_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0,
+        top=_first_token_top(choice) if with_top else None,
+    )
+
+
+def _first_token_top(choice: dict[str, Any]) -> tuple[tuple[str, float], ...] | None:
     """The first generated token's alternatives from an OpenAI-style choice, or None when the
     provider returned no log-probabilities."""
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    content = (choice.get("logprobs") or {}).get("content")
     if not content:
         return None
-    return tuple((t.token, float(t.logprob)) for t in (content[0].top_logprobs or []))
+    return tuple((t["token"], float(t["logprob"])) for t in (content[0].get("top_logprobs") or []))
 
 
 class LangChainBackend:

@@ -181,7 +181,7 @@ class ChatModel:
         start = time.perf_counter()
         try:
             reply = await asyncio.wait_for(self.backend.generate(messages, schema=schema, settings=settings),
-                                           self.spec.timeout_s)
+                                           None if getattr(self.backend, "waits", False) else self.spec.timeout_s)
         except TRANSIENT_ERRORS:
             self._count(calls=1, seconds=time.perf_counter() - start)
             raise

@@ -92,8 +92,15 @@ def server_of(spec: ModelSpec) -> tuple[str, str, str]:
     return (spec.provider, spec.base_url or "", spec.model)
 
 
+BATCH_IN_FLIGHT = 50_000
+"""Requests one batched model may have waiting at once (``pbench.llm.batch.MAX_ITEMS``)."""
+
+
 def concurrency_of(spec: ModelSpec) -> int:
-    """A spec's own limit: ``max_concurrency``, or a local server's slots when not set."""
+    """A spec's own limit: ``max_concurrency``, or a local server's slots when not set; for a
+    spec sent by batch (``batch: true``), a batch's worth: requests wait there, not in the gate."""
+    if getattr(spec, "batch", False):
+        return BATCH_IN_FLIGHT
     if spec.provider == "local" and "max_concurrency" not in spec.model_fields_set:
         return spec.n_parallel
     return spec.max_concurrency

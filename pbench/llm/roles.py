@@ -12,7 +12,8 @@ from typing import Any
 
 from pbench import embedded
 from pbench.config import ModelSpec, RunConfig
-from pbench.llm.backends import Backend, make_backend
+from pbench.llm.backends import Backend, OpenAIBackend, make_backend
+from pbench.llm.batch import BatchBackend
 from pbench.llm.cache import ResponseCache
 from pbench.llm.chat import ChatModel
 from pbench.llm.concurrency import Gate, concurrency_of, server_of
@@ -46,6 +47,7 @@ class Roles:
         backend_factory: Callable[[ModelSpec], Backend] = make_backend,
     ) -> None:
         self.cfg = cfg
+        self.run_dir = Path(run_dir)
         self._factory = backend_factory
         self._backends: dict[str, Backend] = {}
         self._lock = threading.Lock()
@@ -57,7 +59,10 @@ class Roles:
         key = spec.model_dump_json()
         with self._lock:
             if key not in self._backends:
-                self._backends[key] = self._factory(spec)
+                backend = self._factory(spec)
+                if spec.batch and isinstance(backend, OpenAIBackend):  # pbench.llm.batch
+                    backend = BatchBackend(backend, self.run_dir / "batches", spec.batch_poll_s, spec.batch_failed)
+                self._backends[key] = backend
             return self._backends[key]
 
     def _bind(self, role: str, spec: ModelSpec) -> ChatModel:

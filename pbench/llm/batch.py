@@ -1,0 +1,227 @@
+"""Calls made together, sent through the OpenAI Batch API (``batch: true`` on an ``openai``
+model): the provider prices them at half, and answers within its completion window (24 h).
+
+A ``BatchBackend`` stands where the live ``OpenAIBackend`` stood. Each ``generate`` puts its
+request into the open round and waits. A round is submitted once no request has joined it for
+``window_s`` seconds (the requests a stage gathers at once: one batch; regenerations after
+them: the next), or when it holds ``MAX_ITEMS``. A submission is a JSONL file (``/v1/files``,
+purpose ``batch``) and a batch over it (``/v1/batches``). Its id and its items' ids are
+appended to ``<run>/batches/batches.jsonl`` before any wait, so a run killed while polling
+re-attaches when it starts again: a request whose item is in a batch not yet collected waits
+for that batch, and nothing is submitted twice. An item's id is the sha256 of its request
+body, so the same request has the same id in any process.
+
+A finished batch's answers are kept beside the log (``<batch id>.jsonl``) and read through the
+live path's ``backends.reply_of``: they reach the response cache under the same keys as live
+answers would, and a rerun reads them from there. An item the batch failed, expired or
+cancelled goes into the next round (``batch_failed: resubmit``, at most ``MAX_ROUNDS`` times)
+or is sent live (``live``). Either way it is counted (``stats``), never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pbench import store
+from pbench.llm.backends import OpenAIBackend, reply_of
+from pbench.llm.errors import TransientError
+from pbench.llm.replies import Message, RawReply
+
+WINDOW_S = 2.0  # seconds without a new request that close a round
+MAX_ITEMS = 50_000  # the Batch API's limit of requests per batch
+MAX_ROUNDS = 3  # submissions of one item before it goes live
+DONE = ("completed", "failed", "expired", "cancelled")  # a batch's final states
+ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
+
+
+def item_id(body: dict[str, Any]) -> str:
+    """A request's id in a batch: the sha256 of its body (the same request, the same id)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class BatchBackend:
+    """The Batch API behind the ``Backend`` interface (see the module).
+
+    Args:
+        live: the model's live backend: its request bodies, its client, and the calls sent live.
+        folder: where the batches' log and answers are kept (the run's ``batches/``).
+        poll_s: seconds between polls of a batch's status.
+        failed: ``resubmit`` or ``live``: what becomes of an item a batch did not answer.
+        window_s: seconds without a new request after which the open round is submitted
+            (default ``WINDOW_S``).
+        progress: show a bar per batch while it is waited on (completed, failed, total, status).
+    """
+
+    waits = True  # a batch answers within hours: ChatModel does not hold it to timeout_s
+
+    def __init__(self, live: OpenAIBackend, folder: str | Path, poll_s: float = 30.0, failed: str = "resubmit",
+                 window_s: float | None = None, progress: bool = True) -> None:
+        self.live, self.identity = live, live.identity
+        self.folder, self.log = Path(folder), Path(folder) / "batches.jsonl"
+        self.poll_s, self.failed, self.progress = poll_s, failed, progress
+        self.window_s = WINDOW_S if window_s is None else window_s
+        self.stats: Counter[str] = Counter()
+        self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._bodies: dict[str, tuple[dict[str, Any], bool]] = {}
+        self._open: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._rounds: Counter[str] = Counter()
+        self._tasks: set[asyncio.Task] = set()
+        self._watched: set[str] = set()
+        self._answers: dict[str, dict[str, Any]] = {}  # item id -> response body, of collected batches
+        self._pending: dict[str, list[str]] = {}  # batch id -> its items, submitted and not collected
+        for entry in store.read_jsonl(self.log) if self.log.is_file() else []:
+            if entry.get("collected"):
+                self._pending.pop(entry["batch"], None)
+                self._answers.update(self._kept(entry["batch"]))
+            else:
+                self._pending[entry["batch"]] = entry["items"]
+
+    async def generate(self, messages: Sequence[Message], *, schema: dict[str, Any] | None,
+                       settings: dict[str, Any]) -> RawReply:
+        body = self.live.request(messages, schema, settings)
+        key, with_top = item_id(body), bool(settings.get("top_logprobs"))
+        if key in self._answers:  # a batch of an earlier process answered it
+            self.stats["answered_before"] += 1
+            return reply_of(self._answers[key], with_top)
+        future = asyncio.get_running_loop().create_future()
+        if key in self._waiters:  # the same request twice at once: one item
+            self._waiters[key].append(future)
+            return await future
+        self._waiters[key], self._bodies[key] = [future], (body, with_top)
+        submitted = next((b for b, items in self._pending.items() if key in items), None)
+        if submitted is not None:  # killed while it waited: wait for the batch it is in
+            self.stats["reattached"] += 1
+            self._watch(submitted, self._pending[submitted])
+        else:
+            self._join(key)
+        return await future
+
+    # ------------------------------------------------------------------ rounds
+
+    def _join(self, key: str) -> None:
+        self._open.append(key)
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        if len(self._open) >= MAX_ITEMS:
+            self._spawn(self._submit())
+        else:
+            self._timer = loop.call_later(self.window_s, lambda: self._spawn(self._submit()))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _submit(self) -> None:
+        keys, self._open, self._timer = self._open, [], None
+        if not keys:
+            return
+        lines = "".join(json.dumps({"custom_id": k, "method": "POST", "url": ENDPOINT, "body": self._bodies[k][0]}) + "\n"
+                        for k in keys)
+        client = self.live._client
+        try:
+            uploaded = await client.files.create(file=("pbench-batch.jsonl", lines.encode()), purpose="batch")
+            batch = await client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h")
+        except Exception as exc:  # the round is not submitted: each request fails, and ChatModel retries it
+            for k in keys:
+                self._fail(k, TransientError(f"batch submission failed ({type(exc).__name__}: {exc})"))
+            return
+        store.append_jsonl(self.log, [{"batch": batch.id, "file": uploaded.id, "items": keys, "at": time.time()}])
+        self.stats["batches"] += 1
+        self.stats["submitted"] += len(keys)
+        self._pending[batch.id] = keys
+        self._watch(batch.id, keys)
+
+    def _watch(self, batch_id: str, keys: list[str]) -> None:
+        if batch_id not in self._watched:
+            self._watched.add(batch_id)
+            self._spawn(self._wait(batch_id, keys))
+
+    async def _wait(self, batch_id: str, keys: list[str]) -> None:
+        """Poll the batch until it ends, then answer, resubmit or send live each of its items."""
+        from tqdm import tqdm
+
+        client = self.live._client
+        with tqdm(total=len(keys), desc=f"batch {batch_id[-8:]}", unit="call", leave=False,
+                  disable=None if self.progress else True) as bar:
+            while True:
+                try:
+                    batch = await client.batches.retrieve(batch_id)
+                except Exception:  # a failed poll is polled again; the batch goes on at the provider's
+                    self.stats["poll_errors"] += 1
+                    await asyncio.sleep(self.poll_s)
+                    continue
+                counts = batch.request_counts
+                if counts is not None:
+                    bar.n = counts.completed
+                    bar.set_postfix(failed=counts.failed, status=batch.status, refresh=False)
+                    bar.refresh()
+                if batch.status in DONE:
+                    break
+                await asyncio.sleep(self.poll_s)
+        answered: dict[str, dict[str, Any]] = {}
+        if batch.output_file_id:
+            content = await client.files.content(batch.output_file_id)
+            for line in content.text.splitlines():
+                if line.strip():
+                    got = json.loads(line)
+                    response = got.get("response") or {}
+                    if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
+                        answered[got["custom_id"]] = response["body"]
+        store.write_jsonl(self.folder / f"{batch_id}.jsonl", [{"custom_id": k, "body": b} for k, b in answered.items()])
+        store.append_jsonl(self.log, [{"batch": batch_id, "collected": True, "status": batch.status,
+                                       "answered": len(answered), "unanswered": len(set(keys) - set(answered))}])
+        self._pending.pop(batch_id, None)
+        self._answers.update(answered)
+        for k in keys:
+            if k not in self._waiters:
+                continue  # an item of an earlier process's batch that this one has not asked for (yet)
+            if k in answered:
+                try:
+                    self._resolve(k, reply_of(answered[k], self._bodies[k][1]))
+                    continue
+                except TransientError:
+                    pass
+            self._unanswered(k, batch.status)
+
+    def _unanswered(self, key: str, status: str) -> None:
+        """An item its batch did not answer: into the next round, or live."""
+        self.stats[f"unanswered_{status}"] += 1
+        self._rounds[key] += 1
+        if self.failed == "resubmit" and self._rounds[key] < MAX_ROUNDS:
+            self.stats["resubmitted"] += 1
+            self._join(key)
+        else:
+            self.stats["sent_live"] += 1
+            self._spawn(self._live(key))
+
+    async def _live(self, key: str) -> None:
+        body, with_top = self._bodies[key]
+        try:
+            response = await self.live._client.chat.completions.create(**body)
+            self._resolve(key, reply_of(response.model_dump(), with_top))
+        except Exception as exc:  # ChatModel retries a transient failure, or gives up and counts it
+            self._fail(key, exc)
+
+    def _resolve(self, key: str, reply: RawReply) -> None:
+        for future in self._waiters.pop(key, []):
+            if not future.done():
+                future.set_result(reply)
+
+    def _fail(self, key: str, exc: BaseException) -> None:
+        for future in self._waiters.pop(key, []):
+            if not future.done():
+                future.set_exception(exc)
+
+    def _kept(self, batch_id: str) -> dict[str, dict[str, Any]]:
+        path = self.folder / f"{batch_id}.jsonl"
+        return {r["custom_id"]: r["body"] for r in store.read_jsonl(path)} if path.is_file() else {}

@@ -1,0 +1,186 @@
+"""Calls sent through the Batch API (``batch: true``, pbench.llm.batch) against the simulated
+endpoint's ``/v1/files`` and ``/v1/batches``: one batch for the calls made together, the live
+answers under the live cache keys, a run killed while it polls re-attaching without submitting
+anything twice, and items a batch failed, expired or cancelled answered in a later round or
+live, each counted."""
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.latency_server import serve
+from pbench import config, llm
+from pbench.llm import BatchBackend, ChatModel, Gate, OpenAIBackend, ResponseCache
+from tests.conftest import minimal_params
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = [f"Say something about day {i}." for i in range(6)]
+
+
+def spec(url: str, **more) -> config.ModelSpec:
+    return config.ModelSpec(provider="openai", model="sim", base_url=url, max_retries=0, parse_retries=0, **more)
+
+
+def batch_model(url: str, folder: Path, cache: Path, failed: str = "resubmit") -> ChatModel:
+    s = spec(url, batch=True, batch_failed=failed)
+    live = OpenAIBackend(s, url, {"provider": "openai", "model": "sim", "base_url": url}, api_key="k")
+    backend = BatchBackend(live, folder, poll_s=0.05, failed=failed, window_s=0.2, progress=False)
+    return ChatModel(s, "judge", backend, ResponseCache(cache), seed=3, ledger=llm.Ledger(), gate=Gate(1000))
+
+
+def live_model(url: str, cache: Path) -> ChatModel:
+    s = spec(url)
+    return ChatModel(s, "judge", llm.make_backend(s), ResponseCache(cache), seed=3, ledger=llm.Ledger())
+
+
+def ask_all(model: ChatModel) -> list[str]:
+    async def go():
+        return await asyncio.gather(*(model.acomplete([{"role": "user", "content": q}]) for q in QUESTIONS))
+    got = llm.run_sync(go())
+    model.cache.flush()
+    return [c.text for c in got]
+
+
+def keys(path: Path) -> set[str]:
+    with sqlite3.connect(path) as db:
+        return {k for (k,) in db.execute("SELECT key FROM replies")}
+
+
+def test_calls_made_together_go_in_one_batch_with_the_live_answers_and_cache_keys(tmp_path):
+    with serve(latency_s=0.0) as server:
+        live = ask_all(live_model(server.url, tmp_path / "live.sqlite"))
+        assert server.requests == len(QUESTIONS) and not server.batches
+        batched = batch_model(server.url, tmp_path / "batches", tmp_path / "batch.sqlite")
+        assert ask_all(batched) == live  # the live endpoint's answers to the same requests
+        assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)
+        assert server.requests == 2 * len(QUESTIONS)  # the batch's items, answered by the server
+        assert keys(tmp_path / "batch.sqlite") == keys(tmp_path / "live.sqlite")  # the same cache keys
+        again = batch_model(server.url, tmp_path / "batches", tmp_path / "batch.sqlite")
+        assert ask_all(again) == live and len(server.batches) == 1  # a rerun reads the cache: no batch
+    log = (tmp_path / "batches" / "batches.jsonl").read_text().splitlines()
+    assert len(log) == 2 and '"collected": true' in log[1]  # submitted, then collected
+
+
+KILLED = """
+import sys
+from pathlib import Path
+from tests.test_batch import ask_all, batch_model
+ask_all(batch_model(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
+"""
+
+
+def test_a_run_killed_while_it_polls_reattaches_and_submits_nothing_twice(tmp_path):
+    folder = tmp_path / "batches"
+    with serve(latency_s=0.0) as server:
+        server.hold.clear()  # the batch stays in progress
+        child = subprocess.Popen([sys.executable, "-c", KILLED, server.url, str(folder), str(tmp_path / "c.sqlite")],
+                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        deadline = time.time() + 60
+        while not (folder / "batches.jsonl").is_file() and time.time() < deadline:
+            time.sleep(0.05)
+        assert (folder / "batches.jsonl").is_file(), "the batch was never submitted"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)
+        server.hold.set()
+        resumed = batch_model(server.url, folder, tmp_path / "c.sqlite")
+        answers = ask_all(resumed)
+        assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)  # 0 resubmitted
+        assert resumed.backend.stats["reattached"] == len(QUESTIONS) and not resumed.backend.stats["submitted"]
+        assert answers == ask_all(live_model(server.url, tmp_path / "live.sqlite"))
+
+
+@pytest.mark.parametrize("end", ["completed", "expired", "cancelled"])
+def test_items_a_batch_did_not_answer_go_into_the_next_round_counted(tmp_path, end):
+    with serve(latency_s=0.0) as server:
+        server.batch_end = lambda n: end if n == 1 else "completed"
+        server.unanswered = lambda n, custom_id: n == 1 and int(custom_id, 16) % 2 == 0
+        model = batch_model(server.url, tmp_path / "batches", tmp_path / "c.sqlite")
+        answers = ask_all(model)
+        assert answers == ask_all(live_model(server.url, tmp_path / "live.sqlite"))  # none dropped
+        stats = model.backend.stats
+        assert len(server.batches) == 2 and stats["batches"] == 2
+        assert stats["resubmitted"] == stats[f"unanswered_{end}"] == server.batch_items - len(QUESTIONS) > 0
+
+
+def test_with_failed_live_the_unanswered_items_are_sent_live(tmp_path):
+    with serve(latency_s=0.0) as server:
+        server.unanswered = lambda n, custom_id: int(custom_id, 16) % 2 == 0
+        model = batch_model(server.url, tmp_path / "batches", tmp_path / "c.sqlite", failed="live")
+        ask_all(model)
+        stats = model.backend.stats
+        assert len(server.batches) == 1 and stats["sent_live"] == stats["unanswered_completed"] > 0
+        assert server.requests == len(QUESTIONS)  # answered in the batch, or live: each once
+
+
+def test_batch_is_for_the_openai_provider_only_and_roles_send_it_by_batch(tmp_path):
+    local = {"provider": "local", "model": "qwen2.5-0.5b", "batch": True}
+    with pytest.raises(config.ConfigError, match=r"models\.judge\.0\.batch: the Batch API is offered for provider "
+                                                 r"openai only, not 'local'") as err:
+        config.parse(minimal_params(**{"models.judge": [local]}))
+    assert len(str(err.value).splitlines()) == 1
+    hosted = {"provider": "openai", "model": "gpt-x", "base_url": "http://127.0.0.1:9/v1", "batch": True}
+    cfg = config.parse(minimal_params(**{"models.judge": [hosted]}))
+    roles = llm.Roles(cfg, tmp_path)
+    judge = roles.panel("judge")[0]
+    assert isinstance(judge.backend, BatchBackend) and judge.backend.folder == tmp_path / "batches"
+    assert judge.concurrency >= 10_000  # requests wait in the batch, not in the gate
+    assert not isinstance(roles.role("prober").backend, BatchBackend)
+
+
+def test_a_response_body_reads_the_same_live_or_from_a_batch_log_probabilities_included():
+    from openai.types.chat import ChatCompletion
+
+    from pbench.llm.backends import reply_of
+
+    top = [{"token": "Yes", "bytes": None, "logprob": -0.1}, {"token": "No", "bytes": None, "logprob": -2.5}]
+    body = {"id": "c", "object": "chat.completion", "created": 0, "model": "sim",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Yes"},
+                         "logprobs": {"content": [{"token": "Yes", "bytes": None, "logprob": -0.1, "top_logprobs": top}]}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8,
+                      "prompt_tokens_details": {"cached_tokens": 5}}}
+    live = reply_of(ChatCompletion.model_validate(body).model_dump(), True)  # as OpenAIBackend reads a live reply
+    assert live == reply_of(body, True)  # as BatchBackend reads an output line's body
+    assert (live.text, live.prompt_tokens, live.completion_tokens, live.reused_tokens) == ("Yes", 7, 1, 5)
+    assert live.top == (("Yes", -0.1), ("No", -2.5)) and reply_of(body, False).top is None
+
+
+def test_stage_01_by_batch_writes_the_community_it_writes_live_from_the_same_cache_keys(tmp_path, monkeypatch):
+    import yaml
+
+    from bench import sim_server
+    from bench.latency_server import config_for
+    from pbench import social_graph
+    from pbench.llm import batch
+
+    monkeypatch.setattr(batch, "WINDOW_S", 0.1)
+    data = yaml.safe_load((ROOT / "params" / "tiny.yaml").read_text())
+    data["community"].update(size=5, groups=1)
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump(data))
+    built = {}
+    with sim_server.serve(0.0, seed=1) as server:
+        for how in ("live", "batch"):
+            cfg = config_for(params, server.url, tmp_path / f"{how}.sqlite")
+            if how == "batch":
+                dumped = cfg.dump()
+                dumped["models"]["generator"].update(batch=True, batch_poll_s=0.05)
+                cfg = config.parse(dumped)
+            roles = llm.Roles(cfg, tmp_path / how)
+            community, _ = social_graph.build(cfg, roles.role("generator"))
+            roles.cache.flush()
+            built[how] = community.model_dump_json()
+            if how == "batch":
+                stats = roles.role("generator").backend.stats
+        batches = len(server.batches)
+    assert built["batch"] == built["live"]
+    assert keys(tmp_path / "batch.sqlite") == keys(tmp_path / "live.sqlite")
+    print(f"stage 01 by batch: {dict(stats)}; {len(keys(tmp_path / 'batch.sqlite'))} cache keys, as live")
+    assert batches == stats["batches"] > 1 and stats["submitted"] == len(keys(tmp_path / "batch.sqlite"))
