@@ -78,7 +78,10 @@ class Line:
     prompt_tokens: float
     completion_tokens: float
     seconds: float = 0.0  # wall time this line alone would need at its server's concurrency
-    cost: float | None = None
+    cost: float | None = None  # dollars, as the run is set: by batch where its model has batch: true
+    live_cost: float | None = None  # dollars, every call live
+    batch_cost: float | None = None  # dollars, every call by batch, where the model's price has a batch share
+    by_batch: bool = False  # its model is set to batch: true (pbench.llm.batch)
 
 
 @dataclass
@@ -114,6 +117,15 @@ class Estimate:
     def cost(self) -> float | None:
         priced = [x.cost for x in self.lines if x.cost is not None]
         return sum(priced) if priced else None
+
+    def costs(self) -> tuple[float, float] | None:
+        """Dollars with every call live, and with every call by batch where its model has a batch
+        price (the others live); None when no line is priced."""
+        priced = [x for x in self.lines if x.live_cost is not None]
+        if not priced:
+            return None
+        return (sum(x.live_cost or 0.0 for x in priced),
+                sum(x.live_cost if x.batch_cost is None else x.batch_cost for x in priced if x.live_cost is not None))
 
     def unpriced(self) -> list[str]:
         return sorted({x.model for x in self.lines if x.cost is None and x.calls})
@@ -154,6 +166,14 @@ class Estimate:
                      f"(a figure given, not measured); tokens per call from {self.calibration}")
         if self.machine:
             lines.append(f"local calls' time {self.machine}")
+        both = self.costs()
+        offered = sorted({x.model for x in self.lines if x.batch_cost is not None and x.calls})
+        if both is not None and offered:
+            batched = sum(x.calls for x in self.lines if x.by_batch)
+            lines.append(f"cost live {_money(both[0])}; by batch where the model has a batch price "
+                         f"({', '.join(offered)}; stage 04 converses, so its calls would wait for a batch each round) "
+                         f"{_money(both[1])}; as set {_money(self.cost or 0.0)}, {_n(batched)} of {_n(self.calls)} "
+                         "calls by batch (batch: true)")
         if self.unpriced():
             lines.append("no price for " + ", ".join(self.unpriced())
                          + " (set price_per_mtok: {input: .., output: ..} on its model, or --price MODEL=IN,OUT)")
@@ -535,8 +555,11 @@ def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any
                 seconds = (over * rate.seconds_for(p_tok, c_tok) if rate is not None and over
                            else n * costing.local_seconds(stage, role))
             price = _price(spec, prices)
+            live = None if price is None else (p_tok * price[0] + c_tok * price[1]) / 1e6
+            batch_share = spec.price_per_mtok.batch if spec.price_per_mtok is not None else None
+            by_batch = None if live is None or batch_share is None else live * batch_share
             lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, seconds,
-                              None if price is None else (p_tok * price[0] + c_tok * price[1]) / 1e6))
+                              by_batch if spec.batch and by_batch is not None else live, live, by_batch, spec.batch))
     return lines
 
 

@@ -107,6 +107,25 @@ def test_cost_at_the_specs_prices_or_the_flags_and_says_what_is_unpriced(capsys)
     assert flagged.unpriced() == [] and flagged.cost > est.cost
 
 
+def test_cost_live_against_batch_where_the_model_has_a_batch_price():
+    halved = {**HOSTED, "price_per_mtok": {"input": 1.0, "output": 10.0, "batch": 0.5}}
+    live = estimate.estimate(paper_like(**{"models.generator": halved, "models.prober": halved}), "p", CALIBRATION)
+    gen = next(x for x in live.lines if x.role == "generator")
+    assert gen.cost == gen.live_cost and gen.batch_cost == pytest.approx(gen.live_cost / 2) and not gen.by_batch
+    sent = estimate.estimate(paper_like(**{"models.generator": {**halved, "batch": True}, "models.prober": halved}),
+                             "p", CALIBRATION)
+    gen_sent = next(x for x in sent.lines if x.role == "generator")
+    assert gen_sent.by_batch and gen_sent.cost == pytest.approx(gen.live_cost / 2)
+    generating = sum(x.live_cost for x in live.lines if x.role == "generator")  # stages 01 and 02
+    assert sent.cost == pytest.approx(live.cost - generating / 2)  # only the model set to batch: true
+    every_live, batched_where_offered = sent.costs()
+    assert every_live == pytest.approx(live.cost)
+    assert batched_where_offered == pytest.approx(live.cost - sum(x.live_cost / 2 for x in live.lines
+                                                                   if x.batch_cost is not None))
+    by_batch = sum(x.calls for x in sent.lines if x.role == "generator")
+    assert f"{estimate._n(by_batch)} of {estimate._n(sent.calls)} calls by batch" in sent.table()
+
+
 def test_the_cli_prints_the_breakdown_and_names_a_bad_price(tmp_path, capsys):
     import yaml
 

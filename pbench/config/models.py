@@ -30,6 +30,8 @@ class Price(Strict):
 
     input: Annotated[float, Field(ge=0)]
     output: Annotated[float, Field(ge=0)]
+    batch: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="a call by batch as a share of the live price (OpenAI's Batch API: 0.5); null: none offered")
 
 
 CALL_ONLY = ("max_concurrency", "timeout_s", "max_retries", "price_per_mtok", "batch", "batch_poll_s", "batch_failed")
