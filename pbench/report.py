@@ -296,7 +296,7 @@ def _human(run_dir: Path) -> list[str]:
     return body
 
 
-USAGE_COLUMNS = ("calls", "cache_hits", "retries", "injected", "parse_failures", "unparsed", "give_ups")
+USAGE_COLUMNS = ("calls", "batched", "cache_hits", "retries", "injected", "parse_failures", "unparsed", "give_ups")
 
 
 def usage_table(manifest: dict[str, Any]):
@@ -313,7 +313,7 @@ def usage_table(manifest: dict[str, Any]):
 def _failures(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     usage = usage_table(manifest)
     body = ["<h2>Model calls and failures</h2>",
-            "<p>Retries are transient errors (timeouts, rate limits, server errors) tried again; an unparsed "
+            "<p>Batched calls went through the provider's Batch API (<code>batch: true</code>). Retries are transient errors (timeouts, rate limits, server errors) tried again; an unparsed "
             "reply was retried and never parsed, and is counted, never read as a verdict; a give-up is a "
             "request that failed after every retry. These are the calls of each stage's latest attempt (a stage "
             "recomputed from the response cache shows its cache hits).</p>"]

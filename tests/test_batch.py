@@ -62,6 +62,8 @@ def test_calls_made_together_go_in_one_batch_with_the_live_answers_and_cache_key
         assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)
         assert server.requests == 2 * len(QUESTIONS)  # the batch's items, answered by the server
         assert keys(tmp_path / "batch.sqlite") == keys(tmp_path / "live.sqlite")  # the same cache keys
+        usage = batched.ledger.snapshot()["judge"]["sim"]
+        assert usage["batched"] == usage["calls"] == len(QUESTIONS)  # the report's model-call table counts them
         again = batch_model(server.url, tmp_path / "batches", tmp_path / "batch.sqlite")
         assert ask_all(again) == live and len(server.batches) == 1  # a rerun reads the cache: no batch
     log = (tmp_path / "batches" / "batches.jsonl").read_text().splitlines()

@@ -188,6 +188,8 @@ class ChatModel:
         except REFUSALS as exc:
             self._count(calls=1, give_ups=1, seconds=time.perf_counter() - start)
             raise refused(who, exc) from exc
+        if getattr(self.backend, "waits", False):
+            self._count(batched=1)
         self._count(calls=1, seconds=time.perf_counter() - start, prompt_tokens=reply.prompt_tokens,
                     completion_tokens=reply.completion_tokens, reused_prompt_tokens=reply.reused_tokens)
         return reply

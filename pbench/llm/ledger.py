@@ -11,6 +11,7 @@ from typing import Any
 @dataclass
 class RoleUsage:
     calls: int = 0  # requests that reached a model (retries included)
+    batched: int = 0  # of calls, those sent through the Batch API (pbench.llm.batch)
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
