@@ -154,20 +154,25 @@ def test_a_response_body_reads_the_same_live_or_from_a_batch_log_probabilities_i
     assert live.top == (("Yes", -0.1), ("No", -2.5)) and reply_of(body, False).top is None
 
 
-def test_stage_01_by_batch_writes_the_community_it_writes_live_from_the_same_cache_keys(tmp_path, monkeypatch):
+def test_stages_01_02_by_batch_write_the_world_they_write_live_from_the_same_cache_keys(tmp_path, monkeypatch):
+    """The generator by batch: stage 01's community and stage 02's documents and secrets are the
+    live run's, byte for byte, from the same cache keys; every call went in a batch."""
     import yaml
 
     from bench import sim_server
     from bench.latency_server import config_for
-    from pbench import social_graph
+    from pbench import footprint, social_graph
     from pbench.llm import batch
 
     monkeypatch.setattr(batch, "WINDOW_S", 0.1)
     data = yaml.safe_load((ROOT / "params" / "tiny.yaml").read_text())
-    data["community"].update(size=5, groups=1)
+    data.pop("world", None)
+    data["community"].update(size=4, groups=1)
+    data["footprint"].update(private_conversations=[2, 2], group_conversations=[1, 1], blog_posts=[0, 0],
+                             purchases=[1, 1], secrets_per_user=[1, 1])
     params = tmp_path / "p.yaml"
     params.write_text(yaml.safe_dump(data))
-    built = {}
+    made, stats = {}, {}
     with sim_server.serve(0.0, seed=1) as server:
         for how in ("live", "batch"):
             cfg = config_for(params, server.url, tmp_path / f"{how}.sqlite")
@@ -175,14 +180,22 @@ def test_stage_01_by_batch_writes_the_community_it_writes_live_from_the_same_cac
                 dumped = cfg.dump()
                 dumped["models"]["generator"].update(batch=True, batch_poll_s=0.05)
                 cfg = config.parse(dumped)
-            roles = llm.Roles(cfg, tmp_path / how)
-            community, _ = social_graph.build(cfg, roles.role("generator"))
+            out = tmp_path / how
+            roles = llm.Roles(cfg, out)
+            generator = roles.role("generator")
+            community, graph = social_graph.build(cfg, generator)
+            social_graph.save(community, graph, out)
+            footprint.build(cfg, social_graph.load(out), generator, out)
             roles.cache.flush()
-            built[how] = community.model_dump_json()
-            if how == "batch":
-                stats = roles.role("generator").backend.stats
+            made[how] = {name: (out / name).read_bytes() for name in ("community.json", "documents.jsonl",
+                                                                       "secrets.jsonl")}
+            stats[how] = dict(getattr(generator.backend, "stats", {}))
+            usage = generator.ledger.snapshot()["generator"]
+            stats[how]["usage"] = next(iter(usage.values()))
         batches = len(server.batches)
-    assert built["batch"] == built["live"]
+    print(f"stages 01-02 by batch: {stats['batch']}")
+    assert made["batch"] == made["live"]
     assert keys(tmp_path / "batch.sqlite") == keys(tmp_path / "live.sqlite")
-    print(f"stage 01 by batch: {dict(stats)}; {len(keys(tmp_path / 'batch.sqlite'))} cache keys, as live")
-    assert batches == stats["batches"] > 1 and stats["submitted"] == len(keys(tmp_path / "batch.sqlite"))
+    got = stats["batch"]
+    assert batches == got["batches"] > 1 and got["submitted"] == len(keys(tmp_path / "batch.sqlite"))
+    assert got["usage"]["batched"] == got["usage"]["calls"] - stats["live"]["usage"]["calls"] > 0
