@@ -154,6 +154,7 @@ def test_a_response_body_reads_the_same_live_or_from_a_batch_log_probabilities_i
     assert live.top == (("Yes", -0.1), ("No", -2.5)) and reply_of(body, False).top is None
 
 
+@pytest.mark.slow
 def test_stages_01_02_by_batch_write_the_world_they_write_live_from_the_same_cache_keys(tmp_path, monkeypatch):
     """The generator by batch: stage 01's community and stage 02's documents and secrets are the
     live run's, byte for byte, from the same cache keys; every call went in a batch."""
