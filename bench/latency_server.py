@@ -123,6 +123,7 @@ class LatencyServer(ThreadingHTTPServer):
         self.hold.set()
         self.batch_end: Any = lambda n: "completed"  # the final status of the n-th batch (1, 2, ...)
         self.unanswered: Any = lambda n, custom_id: False  # items the n-th batch leaves unanswered
+        self.failed_downloads = 0  # downloads of a batch's output to answer with HTTP 500 first
 
     @property
     def url(self) -> str:
@@ -231,7 +232,12 @@ class _Handler(BaseHTTPRequestHandler):
             with server._lock:
                 self._send(200, dict(server.batches[parts[2]]))
         elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in server.files:
-            self._send_bytes(200, server.files[parts[2]], "application/octet-stream")
+            with server._lock:
+                failing, server.failed_downloads = server.failed_downloads > 0, max(server.failed_downloads - 1, 0)
+            if failing:
+                self._send(500, {"error": {"message": "injected", "type": "server_error"}})
+            else:
+                self._send_bytes(200, server.files[parts[2]], "application/octet-stream")
         else:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
 

@@ -112,6 +112,14 @@ def test_items_a_batch_did_not_answer_go_into_the_next_round_counted(tmp_path, e
         assert stats["resubmitted"] == stats[f"unanswered_{end}"] == server.batch_items - len(QUESTIONS) > 0
 
 
+def test_a_failed_download_of_the_answers_is_tried_again(tmp_path):
+    with serve(latency_s=0.0) as server:
+        server.failed_downloads = 1
+        model = batch_model(server.url, tmp_path / "batches", tmp_path / "c.sqlite")
+        assert ask_all(model) == ask_all(live_model(server.url, tmp_path / "live.sqlite"))
+        assert model.backend.stats["download_errors"] == 1 and len(server.batches) == 1
+
+
 def test_with_failed_live_the_unanswered_items_are_sent_live(tmp_path):
     with serve(latency_s=0.0) as server:
         server.unanswered = lambda n, custom_id: int(custom_id, 16) % 2 == 0

@@ -169,16 +169,25 @@ class BatchBackend:
                     break
                 await asyncio.sleep(self.poll_s)
         answered: dict[str, dict[str, Any]] = {}
-        if batch.output_file_id:
-            content = await client.files.content(batch.output_file_id)
-            for line in content.text.splitlines():
+        text, status, output = "", str(batch.status), batch.output_file_id
+        for attempt in range(MAX_ROUNDS if output else 0):
+            try:
+                text = (await client.files.content(str(output))).text
+                break
+            except Exception:  # tried again; at the last, its items are unanswered, not lost
+                self.stats["download_errors"] += 1
+                if attempt == MAX_ROUNDS - 1:
+                    status = "unread"
+                await asyncio.sleep(self.poll_s)
+        if text:
+            for line in text.splitlines():
                 if line.strip():
                     got = json.loads(line)
                     response = got.get("response") or {}
                     if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
                         answered[got["custom_id"]] = response["body"]
         store.write_jsonl(self.folder / f"{batch_id}.jsonl", [{"custom_id": k, "body": b} for k, b in answered.items()])
-        store.append_jsonl(self.log, [{"batch": batch_id, "collected": True, "status": batch.status,
+        store.append_jsonl(self.log, [{"batch": batch_id, "collected": True, "status": status,
                                        "answered": len(answered), "unanswered": len(set(keys) - set(answered))}])
         self._pending.pop(batch_id, None)
         self._answers.update(answered)
@@ -191,7 +200,7 @@ class BatchBackend:
                     continue
                 except TransientError:
                     pass
-            self._unanswered(k, batch.status)
+            self._unanswered(k, status)
 
     def _unanswered(self, key: str, status: str) -> None:
         """An item its batch did not answer: into the next round, or live."""
