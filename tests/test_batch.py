@@ -142,7 +142,6 @@ def test_batch_is_for_the_openai_provider_only_and_roles_send_it_by_batch(tmp_pa
     judge = roles.panel("judge")[0]
     assert isinstance(judge.backend, BatchBackend) and judge.backend.folder == tmp_path / "batches"
     assert judge.concurrency >= 10_000  # requests wait in the batch, not in the gate
-    assert not isinstance(roles.role("prober").backend, BatchBackend)
 
 
 def test_a_response_body_reads_the_same_live_or_from_a_batch_log_probabilities_included():

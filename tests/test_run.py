@@ -64,7 +64,7 @@ def test_runs_notebooks_in_order_then_resumes_and_reruns_on_change(project, caps
     assert "02_two: its parameters changed since it finished; running it again" in capsys.readouterr().out
     # Editing the pbench code a stage runs reruns it, and the runner says that is why.
     digest = fingerprints.sources.digest
-    monkeypatch.setattr(fingerprints.sources, "digest", lambda nb: digest(nb) + "edited")
+    monkeypatch.setattr(fingerprints.sources, "digest", lambda nb, **kw: digest(nb, **kw) + "edited")
     assert [r.status for r in _run(project)] == ["ran", "ran"]
     said = capsys.readouterr().out
     assert "01_one: the pbench code it runs changed since it finished" in said
