@@ -61,8 +61,12 @@ class OpenAIBackend:
     async def generate(
         self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
     ) -> RawReply:
-        resp = await self._client.chat.completions.create(**self.request(messages, schema, settings))
-        return reply_of(resp.model_dump(), bool(settings.get("top_logprobs")))
+        return await self.send(self.request(messages, schema, settings), bool(settings.get("top_logprobs")))
+
+    async def send(self, body: dict[str, Any], with_top: bool) -> RawReply:
+        """One request body (``request``) sent live, its reply read (``reply_of``)."""
+        resp = await self._client.chat.completions.create(**body)
+        return reply_of(resp.model_dump(), with_top)
 
 
 def reply_of(body: dict[str, Any], with_top: bool) -> RawReply:

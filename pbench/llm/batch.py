@@ -216,8 +216,7 @@ class BatchBackend:
     async def _live(self, key: str) -> None:
         body, with_top = self._bodies[key]
         try:
-            response = await self.live._client.chat.completions.create(**body)
-            self._resolve(key, reply_of(response.model_dump(), with_top))
+            self._resolve(key, await self.live.send(body, with_top))
         except Exception as exc:  # ChatModel retries a transient failure, or gives up and counts it
             self._fail(key, exc)
 
