@@ -6,6 +6,9 @@ BIN    := $(VENV)/bin
 #   make demo TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 PARAMS ?= params/tiny.yaml
+# The demo runs on the shipped world (stages 01-02 read from it, the same people, documents and
+# secrets for everyone who runs it); `make demo WORLD=` generates a world of its own instead.
+WORLD  ?= worlds/tiny-v1
 
 .PHONY: demo install models run lab lint test test-fast browser bench clean-venv
 
@@ -26,7 +29,7 @@ models: install
 	$(BIN)/pbench models
 
 run: install
-	$(BIN)/pbench run $(PARAMS)
+	$(BIN)/pbench run $(PARAMS) $(if $(WORLD),--world $(WORLD))
 
 # JupyterLab on notebooks/ with the project's kernel ("Python (pbench)"). Each notebook's
 # parameters cell points at params/tiny.yaml and outputs/tiny: run `make demo` first, then

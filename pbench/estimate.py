@@ -223,12 +223,17 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
     probed = secrets if p.secrets is None else min(secrets, p.secrets)
     planned = cfg.planned_targets()
     n = dict.fromkeys(("conversations", "confidants", "confidant_chats", "turns", "requests", "assistant_turns", "outside_turns",
-                       *(f"{x}_conversations" for x in ("pretext", "delegation"))), 0.0)
+                       "openings", *(f"{x}_conversations" for x in ("pretext", "delegation"))), 0.0)
+    askers = 0.0  # the prober's opening is one call per asker, secret and strategy, heard by every cell
+    for authorised, per_secret in ((False, p.unauthorised_per_secret), (True, p.authorised_per_secret)):
+        asked = {x for t in planned for x in probing.strategies(cfg, authorised) if x in t.strategies and x != DRAFTING}
+        askers += probed * per_secret * len(asked)
     for t in planned:  # as probing.plan crosses them: each target under its own strategies, prompts, defences
         for authorised, per_secret in ((False, p.unauthorised_per_secret), (True, p.authorised_per_secret)):
             mine = [x for x in probing.strategies(cfg, authorised) if x in t.strategies and (x != DRAFTING or t.drafts)]
             k = probed * per_secret * len(t.prompts) * len(t.defences)
             turns = k * sum(min(p.max_rounds, DRAFT_ROUNDS) if x == DRAFTING else p.max_rounds for x in mine)
+            n["openings"] += k * len([x for x in mine if x != DRAFTING])
             n["conversations"] += k * len(mine)
             n["confidants"] += k * len(mine) * authorised
             n["confidant_chats"] += k * len([x for x in mine if x != DRAFTING]) * authorised  # asked shared or withheld
@@ -246,7 +251,8 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             "secrets": secrets, "tellings": tellings, "probed_secrets": probed,
             "conversations": conversations, "confidant_conversations": n["confidants"],
             "disclosure_questions": n["confidant_chats"], "max_rounds": p.max_rounds,
-            "turns": n["turns"], "prober_turns": n["turns"] - n["requests"], "assistant_turns": n["assistant_turns"],
+            "turns": n["turns"], "prober_turns": n["turns"] - n["requests"] - (n["openings"] - askers),
+            "assistant_turns": n["assistant_turns"],
             "outside_turns": n["outside_turns"],
             "pretext_conversations": n["pretext_conversations"],
             "delegation_conversations": n["delegation_conversations"],
@@ -255,6 +261,14 @@ def volumes(cfg: RunConfig, dev_rows: list[Any] | None = None) -> dict[str, floa
             "memory_extractions": sum(kind(t.kind).reads_footprint for t in planned) * min(probed, users)
             * documents / max(users, 1),
             "labelling_conversations": labelled, "labelling_seconds": labelled * SECONDS_PER_CONVERSATION}
+
+
+def prober_turns(convs: list[Any], delegation_requests: str) -> int:
+    """The turns of ``convs`` the prober wrote (not code's requests for a draft), an opening
+    heard by several cells counted once (``probing.Probe.asker_seed``)."""
+    asked = [c for c in convs if c.turns and not (c.strategy == DRAFTING and delegation_requests == "template")]
+    openings = {(c.secret_id, c.audience, c.strategy) for c in asked}
+    return sum(len(c.turns) for c in asked) - (len(asked) - len(openings))
 
 
 def dev_rows(cfg: RunConfig) -> list[Any]:
@@ -331,8 +345,7 @@ def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str
              mundane_per_user=(len(ds.documents) - sum(len(s.sharing) for s in ds.secrets)) / observed["users"],
              probed_secrets=len({c.secret_id for c in convs}), conversations=len(convs),
              confidant_conversations=sum(c.authorised for c in convs), turns=sum(len(c.turns) for c in convs),
-             prober_turns=sum(len(c.turns) for c in convs if not (c.strategy == DRAFTING
-                                                                   and cfg.probing.delegation_requests == "template")),
+             prober_turns=prober_turns(convs, cfg.probing.delegation_requests),
              assistant_turns=sum(len(c.turns) for c in convs if c.target in generating))
     expected = {(s, r): n for s, r, n in arithmetic(cfg, v, dev_rows(cfg), components)}
     turns = [(i + 1) for c in convs for i in range(len(c.turns))]

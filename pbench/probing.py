@@ -72,6 +72,14 @@ class Probe:
     at: dt.datetime
     setup: str = ""  # pretext: the confidant cited (a person id; "": the asker's own tie); delegation: the task
 
+    @property
+    def asker_seed(self) -> int:
+        """The prober's seed: the same for every cell (target, prompt, defence) of one asker,
+        secret and strategy, so that each system under test hears the same opening message (a
+        paired comparison: what differs between cells is the system, not the question), and
+        the model answers it once (the response cache, and ``ChatModel``'s requests in flight)."""
+        return int(hashlib.sha256(f"{self.secret_id}|{self.audience}|{self.strategy}".encode()).hexdigest()[:8], 16)
+
 
 def probe_time(secret: Secret, end: dt.date) -> dt.datetime:
     """Noon the day after the secret was last told (within the period)."""
@@ -258,7 +266,7 @@ class Runner:
         return await guard(secret.core_components, owner_name, said,
                            self.ds.view.name(probe.owner if drafting else probe.audience))
 
-    async def _message(self, probe: Probe, secret: Secret, history: list[tuple[str, str]], rnd: int, seed: int,
+    async def _message(self, probe: Probe, secret: Secret, history: list[tuple[str, str]], rnd: int,
                        prober_name: str) -> tuple[str, list[int], int]:
         """The prober's next message ("" when it did not parse), the components it asserts and
         how often it was redrafted. An owner's request for a draft is written by code
@@ -267,6 +275,7 @@ class Runner:
         if probe.strategy == DRAFTING and self.delegation_requests == "template":
             said = owner_request(self.ds.view, probe, secret, rnd)
             return said, await self._asserted(probe, secret, owner_name, said), 0
+        seed = probe.asker_seed
         out = await self.prober.acomplete(self._prober_messages(probe, secret, history), seed=seed + rnd)
         said = clean_prober(out.text)
         asserted, redrafts = await self._asserted(probe, secret, owner_name, said), 0
@@ -296,9 +305,9 @@ class Runner:
         history: list[tuple[str, str]] = []
         turns: list[ProbeTurn] = []
         ended = "max_rounds"
-        seed = int(probe.id[:8], 16)
+        seed = int(probe.id[:8], 16)  # the target's; the prober's is the asker's (Probe.asker_seed)
         for rnd in range(1, (min(self.max_rounds, DRAFT_ROUNDS) if drafting else self.max_rounds) + 1):
-            said, asserted, redrafts = await self._message(probe, secret, history, rnd, seed, prober_name)
+            said, asserted, redrafts = await self._message(probe, secret, history, rnd, prober_name)
             if not said:
                 ended = "prober_unparsed"
                 break

@@ -49,7 +49,8 @@ def test_conversations_and_calls_follow_the_plan():
     calls = {(x.stage, x.role, x.model): x.calls for x in est.lines}
     assert calls[("01_social_graph", "generator", "gpt-x")] == 12  # a profile per person, relationships, groups
     assert calls[("02_footprint", "generator", "gpt-x")] == 10 * 2 + 20 * estimate.TELLINGS_PER_SECRET
-    assert calls[("04_probing", "prober", "gpt-x")] == 8000
+    # A prober turn each, but an opening once per asker (20 x 5), heard by its 8 cells.
+    assert calls[("04_probing", "prober", "gpt-x")] == 8000 - (800 - 20 * (2 * 2 + 1))
     assert calls[("04_probing", "assistant", "a1")] == calls[("04_probing", "assistant", "a2")] == 4000
     # Each conversation, a confidant's twice, and the dev cases that measure the panel (match: the confidant ones).
     dev = sum(r.authorised for r in estimate.dev_rows(cfg))

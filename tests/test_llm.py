@@ -72,6 +72,39 @@ def test_cache_hit_makes_no_call(tmp_path):
     assert again.ledger.snapshot()["judge"]["m"]["cache_hits"] == 1
 
 
+def test_identical_requests_in_flight_are_answered_by_one_call(tmp_path):
+    """The prober's opening message is the same request for every cell of one asker: asked by
+    four conversations at once, it reaches the model once and all four read its reply."""
+    b = FakeBackend(lambda messages, settings: f"reply to {messages[0]['content']}", delay_s=0.05)
+    model = make(b, tmp_path)
+
+    async def ask(text, seed=5):
+        return await model.acomplete([{"role": "user", "content": text}], seed=seed)
+
+    async def main():
+        return await asyncio.gather(*(ask("same") for _ in range(4)), ask("other"), ask("same", seed=9))
+
+    replies = llm.run_sync(main())
+    assert [r.text for r in replies] == ["reply to same"] * 4 + ["reply to other", "reply to same"]
+    assert len(b.calls) == 3  # "same" once per seed, "other" once
+    assert [r.cached for r in replies] == [False, True, True, True, False, False]
+    u = model.ledger.snapshot()["judge"]["m"]
+    assert (u["calls"], u["cache_hits"]) == (3, 3)
+    assert not model._flying  # nothing left waiting
+
+
+def test_requests_waiting_on_one_that_fails_get_its_error_once(tmp_path):
+    b = FakeBackend([httpx.ConnectError("down")] * 3, delay_s=0.02)  # max_retries 2: three attempts
+    model = make(b, tmp_path)
+
+    async def main():
+        return await asyncio.gather(*(model.acomplete(MSG) for _ in range(3)), return_exceptions=True)
+
+    errors = llm.run_sync(main())
+    assert all(isinstance(e, llm.LLMError) for e in errors) and len(b.calls) == 3
+    assert model.ledger.snapshot()["judge"]["m"]["give_ups"] == 1
+
+
 def test_cache_misses_when_settings_or_messages_change(tmp_path):
     b = FakeBackend(lambda messages, settings: "hello")
     m = make(b, tmp_path)

@@ -1,8 +1,9 @@
 """The real thing, with the embedded model, through the runner, as `make demo` runs it.
 
 - Stages 01-02 generate a (smaller) world live; it packs, verifies, and reproduces from its cache.
-- Stages 03-07 of params/tiny.yaml run on the shipped world, worlds/tiny-v1; then a rerun that
-  must skip every stage with no model call, and a reproduction from the response cache.
+- Stages 03-07 of params/tiny.yaml run on the shipped world, worlds/tiny-v1, as `make demo` runs
+  them; then a rerun that must skip every stage with no model call, and a reproduction from the
+  response cache.
 
 The prober reaches the same model through an OpenAI-compatible endpoint that demands an API
 key, so the run also shows that a key taken from the environment is written nowhere."""
@@ -235,8 +236,9 @@ def _world_passes_its_checks(out):
 
 def _reproduces(out, data, tmp_path, ran, stages=None) -> None:
     """The same parameters into another run folder, from a copy of ``out``'s response cache, make
-    no model call in the stages that ``ran`` and write the same data files; so does --force there,
-    recomputing every stage from scratch. The figures are written to reproduction.txt."""
+    no model call in the stages that ``ran`` and write the same data files; so does a rerun there
+    of stages 04-07 after an edit of a judge rule, or --force (stages 01-02). The figures are
+    written to reproduction.txt."""
     other = tmp_path / "again"
     replies = reproduce.copy_cache(out / "llm_cache.sqlite", other / "llm_cache.sqlite")
     params2 = tmp_path / "again.yaml"
@@ -244,7 +246,10 @@ def _reproduces(out, data, tmp_path, ran, stages=None) -> None:
                                        "llm": {**data.get("llm", {}), "cache_path": str(other / "llm_cache.sqlite")}}))
     compared = len(reproduce.data_files(out))
     judged = "04_probing" in {s.name for s in ran}
-    for how in ("cached", "a changed judge rule", "--force") if judged else ("cached", "--force"):
+    # After stage 04, the changed rule is the recomputation: stages 04-07 from scratch in the
+    # folder the cached run filled (03 was computed there from scratch by that run), so --force
+    # would compute the same again; it is kept where the world stages ran.
+    for how in ("cached", "a changed judge rule") if judged else ("cached", "--force"):
         with pytest.MonkeyPatch.context() as mp:
             if how == "a changed judge rule":  # the code stages 04-07 run, edited: they rerun, from the cache
                 copy = tmp_path / "edited" / "pbench"

@@ -149,6 +149,27 @@ def test_run_appends_whole_records_and_resumes_without_duplicates(dataset, index
     assert (tmp_path / "probe_plan.csv").read_text().count("\n") == 17
 
 
+def test_every_cell_of_one_asker_hears_the_same_opening_from_one_prober_call(dataset, index, tmp_path):  # noqa: F811
+    """A paired design: the systems under test (here two defences) hear the same first message
+    from one asker, so what differs between them is the system; asked by the conversations
+    at once, it reaches the prober once."""
+    c = cfg(**{"probing.max_rounds": 1})
+    prober = llm.ChatModel(config.ModelSpec(provider="openai", model="prober"), "prober",
+                           FakeBackend(lambda m, s: f"how are things with you? ({s['seed']})", delay_s=0.01),
+                           llm.ResponseCache(tmp_path / "cache.sqlite"), ledger=llm.Ledger())
+    target = model("assistant", lambda m, s: "fine")
+    probing.run(c, dataset, prober, rag_targets(dataset, index, target, c), tmp_path, check=WordCheck())
+    convs = probing.load_conversations(tmp_path)
+    opening: dict[tuple, set] = {}
+    for conv in convs:
+        opening.setdefault((conv.secret_id, conv.audience, conv.strategy), set()).add(conv.turns[0].prober)
+    assert len(convs) == 2 * len(opening) == 16  # two defences an asker
+    assert all(len(said) == 1 for said in opening.values())
+    assert len({next(iter(said)) for said in opening.values()}) == len(opening)  # askers differ from each other
+    assert len(prober.backend.calls) == len(opening)
+    assert prober.ledger.snapshot()["prober"]["prober"]["cache_hits"] == len(opening)
+
+
 def test_a_model_that_gives_up_is_counted_not_recorded(dataset, index, tmp_path):  # noqa: F811
     import httpx
 

@@ -48,6 +48,9 @@ class ChatModel:
     backoff_s: float = 1.0
     ledger: Ledger = field(default_factory=lambda: LEDGER)
     gate: Gate | None = None
+    # Requests in flight by cache key: an identical request asked meanwhile waits for the same
+    # reply instead of asking the model again (all on RUNTIME's one event loop).
+    _flying: dict[str, asyncio.Future[RawReply]] = field(default_factory=dict, init=False, repr=False)
 
     concurrency_of = staticmethod(concurrency_of)  # a spec's own limit, before servers are shared
 
@@ -139,16 +142,37 @@ class ChatModel:
     async def _raw(self, messages: Sequence[Message], schema: dict[str, Any] | None,
                    settings: dict[str, Any]) -> tuple[RawReply, bool]:
         key = cache_key(self.backend.identity, messages, {**settings, "schema": schema})
-        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+        if self.cache is None:
+            return await self._call(messages, schema, settings), False
+        hit = self.cache.get(key)
+        if hit is None and key in self._flying:  # asked already and not answered yet: the same reply
+            shared = await asyncio.shield(self._flying[key])
+            hit = None if shared.injected else shared
+        if hit is not None:
             self._count(cache_hits=1, cached_prompt_tokens=hit.prompt_tokens,
                         cached_completion_tokens=hit.completion_tokens)
             return hit, True
+        flying = self._flying[key] = asyncio.get_running_loop().create_future()
+        try:
+            reply = await self._call(messages, schema, settings)
+            if not reply.injected:
+                self.cache.put(key, reply)  # before it leaves _flying: a request asked now finds one or the other
+            flying.set_result(reply)
+        except Exception as exc:  # those waiting on it get the same error, after the same retries
+            flying.set_exception(exc)
+            flying.exception()  # read: a request alone in flight leaves no "never retrieved" warning
+            raise
+        finally:
+            if not flying.done():  # cancelled
+                flying.cancel()
+            self._flying.pop(key, None)
+        return reply, False
+
+    async def _call(self, messages: Sequence[Message], schema: dict[str, Any] | None,
+                    settings: dict[str, Any]) -> RawReply:
         assert self.gate is not None  # set in __post_init__
         async with self.gate:
-            reply = await self._call_with_retries(messages, schema, settings)
-        if self.cache is not None and not reply.injected:
-            self.cache.put(key, reply)
-        return reply, False
+            return await self._call_with_retries(messages, schema, settings)
 
     async def _call_with_retries(self, messages: Sequence[Message], schema: dict[str, Any] | None,
                                  settings: dict[str, Any]) -> RawReply:
