@@ -22,6 +22,7 @@ import json
 import signal
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -224,11 +225,16 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server name
-        parts = self.path.strip("/").split("/")
+        parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
         if self._refused():
             return
         server = self.server
-        if parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
+        if parts == ["v1", "batches"]:  # the list, newest first, in one page
+            with server._lock:
+                data = sorted((dict(b) for b in server.batches.values()), key=lambda b: -b["created_at"])
+            self._send(200, {"object": "list", "data": data, "has_more": False,
+                             "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
+        elif parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
             with server._lock:
                 self._send(200, dict(server.batches[parts[2]]))
         elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in server.files:

@@ -67,7 +67,7 @@ def test_calls_made_together_go_in_one_batch_with_the_live_answers_and_cache_key
         again = batch_model(server.url, tmp_path / "batches", tmp_path / "batch.sqlite")
         assert ask_all(again) == live and len(server.batches) == 1  # a rerun reads the cache: no batch
     log = (tmp_path / "batches" / "batches.jsonl").read_text().splitlines()
-    assert len(log) == 2 and '"collected": true' in log[1]  # submitted, then collected
+    assert len(log) == 3 and '"batch"' not in log[0] and '"collected": true' in log[2]  # uploaded, submitted, collected
 
 
 KILLED = """
@@ -78,25 +78,60 @@ ask_all(batch_model(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
 """
 
 
+def _killed_while_polling(server, folder: Path, cache: Path) -> None:
+    """A child process that submits QUESTIONS while ``server`` holds its batches, SIGKILLed once
+    the batch is in the log."""
+    server.hold.clear()  # the batch stays in progress
+    child = subprocess.Popen([sys.executable, "-c", KILLED, server.url, str(folder), str(cache)],
+                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    log, deadline = folder / "batches.jsonl", time.time() + 60
+    while not (log.is_file() and '"batch"' in log.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    assert log.is_file() and '"batch"' in log.read_text(), "the batch was never submitted"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)
+    server.hold.set()
+
+
 def test_a_run_killed_while_it_polls_reattaches_and_submits_nothing_twice(tmp_path):
     folder = tmp_path / "batches"
     with serve(latency_s=0.0) as server:
-        server.hold.clear()  # the batch stays in progress
-        child = subprocess.Popen([sys.executable, "-c", KILLED, server.url, str(folder), str(tmp_path / "c.sqlite")],
-                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        deadline = time.time() + 60
-        while not (folder / "batches.jsonl").is_file() and time.time() < deadline:
-            time.sleep(0.05)
-        assert (folder / "batches.jsonl").is_file(), "the batch was never submitted"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-        assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)
-        server.hold.set()
+        _killed_while_polling(server, folder, tmp_path / "c.sqlite")
         resumed = batch_model(server.url, folder, tmp_path / "c.sqlite")
         answers = ask_all(resumed)
         assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)  # 0 resubmitted
         assert resumed.backend.stats["reattached"] == len(QUESTIONS) and not resumed.backend.stats["submitted"]
         assert answers == ask_all(live_model(server.url, tmp_path / "live.sqlite"))
+
+
+def test_a_kill_after_the_batch_is_created_and_before_it_is_logged_submits_nothing_twice(tmp_path):
+    """The log then holds the upload and no batch: the next process finds the batch the
+    provider made over that file, waits on it, and submits nothing."""
+    folder = tmp_path / "batches"
+    with serve(latency_s=0.0) as server:
+        _killed_while_polling(server, folder, tmp_path / "c.sqlite")
+        log = folder / "batches.jsonl"
+        log.write_text("".join(line + "\n" for line in log.read_text().splitlines() if '"batch"' not in line))
+        resumed = batch_model(server.url, folder, tmp_path / "c.sqlite")
+        answers = ask_all(resumed)
+        assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)  # 0 resubmitted
+        stats = resumed.backend.stats
+        assert (stats["adopted"], stats["reattached"], stats["submitted"]) == (1, len(QUESTIONS), 0)
+        assert answers == ask_all(live_model(server.url, tmp_path / "live.sqlite"))
+        assert not BatchBackend(resumed.backend.live, folder)._uploads  # settled in the log: not looked up again
+
+
+def test_an_upload_no_batch_was_made_of_is_settled_and_its_items_asked_again(tmp_path):
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    (folder / "batches.jsonl").write_text('{"file": "file-never-batched", "items": ["x"], "at": %f}\n' % time.time())
+    with serve(latency_s=0.0) as server:
+        model = batch_model(server.url, folder, tmp_path / "c.sqlite")
+        assert ask_all(model) == ask_all(live_model(server.url, tmp_path / "live.sqlite"))
+        stats = model.backend.stats
+        assert (stats["adopted"], stats["submitted"], len(server.batches)) == (0, len(QUESTIONS), 1)
+    assert '"settled": true' in (folder / "batches.jsonl").read_text()
 
 
 @pytest.mark.parametrize("end", ["completed", "expired", "cancelled"])

@@ -9,7 +9,9 @@ purpose ``batch``) and a batch over it (``/v1/batches``). Its id and its items' 
 appended to ``<run>/batches/batches.jsonl`` before any wait, so a run killed while polling
 re-attaches when it starts again: a request whose item is in a batch not yet collected waits
 for that batch, and nothing is submitted twice. An item's id is the sha256 of its request
-body, so the same request has the same id in any process.
+body, so the same request has the same id in any process. The uploaded file is logged before
+its batch is created: a process killed between the two leaves the upload in the log, and the
+next one finds the batch made over it among the provider's (``_adopt``) before it submits.
 
 A finished batch's answers are kept beside the log (``<batch id>.jsonl``) and read through the
 live path's ``backends.reply_of``: they reach the response cache under the same keys as live
@@ -37,6 +39,7 @@ from pbench.llm.replies import Message, RawReply
 WINDOW_S = 2.0  # seconds without a new request that close a round
 MAX_ITEMS = 50_000  # the Batch API's limit of requests per batch
 MAX_ROUNDS = 3  # submissions of one item before it goes live
+CLOCK_SKEW_S = 3600.0  # how far the provider's clock may be behind ours, when looking for a batch by its file
 DONE = ("completed", "failed", "expired", "cancelled")  # a batch's final states
 ENDPOINT: Literal["/v1/chat/completions"] = "/v1/chat/completions"
 
@@ -77,11 +80,21 @@ class BatchBackend:
         self._watched: set[str] = set()
         self._answers: dict[str, dict[str, Any]] = {}  # item id -> response body, of collected batches
         self._pending: dict[str, list[str]] = {}  # batch id -> its items, submitted and not collected
+        # file id -> (its items, when uploaded): uploaded, and no batch logged over it. A kill
+        # between the batch's creation and its log line leaves one; ``_adopt`` asks the provider.
+        self._uploads: dict[str, tuple[list[str], float]] = {}
+        self._adopting: asyncio.Task | None = None
         for entry in store.read_jsonl(self.log) if self.log.is_file() else []:
-            if entry.get("collected"):
+            if "batch" not in entry:  # an upload, or one settled by _adopt
+                if entry.get("settled"):
+                    self._uploads.pop(entry["file"], None)
+                else:
+                    self._uploads[entry["file"]] = (entry["items"], entry["at"])
+            elif entry.get("collected"):
                 self._pending.pop(entry["batch"], None)
                 self._answers.update(self._kept(entry["batch"]))
             else:
+                self._uploads.pop(entry.get("file", ""), None)
                 self._pending[entry["batch"]] = entry["items"]
 
     async def generate(self, messages: Sequence[Message], *, schema: dict[str, Any] | None,
@@ -91,6 +104,8 @@ class BatchBackend:
         if key in self._answers:  # a batch of an earlier process answered it
             self.stats["answered_before"] += 1
             return reply_of(self._answers[key], with_top)
+        if self._uploads:
+            await self._adopt()
         future = asyncio.get_running_loop().create_future()
         if key in self._waiters:  # the same request twice at once: one item
             self._waiters[key].append(future)
@@ -130,6 +145,9 @@ class BatchBackend:
         client = self.live._client
         try:
             uploaded = await client.files.create(file=("pbench-batch.jsonl", lines.encode()), purpose="batch")
+            # Logged before the batch exists: a kill after its creation and before its own log
+            # line leaves this one, and the next process finds the batch by its input file.
+            store.append_jsonl(self.log, [{"file": uploaded.id, "items": keys, "at": time.time()}])
             batch = await client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h")
         except Exception as exc:  # the round is not submitted: each request fails, and ChatModel retries it
             for k in keys:
@@ -140,6 +158,38 @@ class BatchBackend:
         self.stats["submitted"] += len(keys)
         self._pending[batch.id] = keys
         self._watch(batch.id, keys)
+
+    async def _adopt(self) -> None:
+        """Uploads an earlier process logged with no batch after them: a batch the provider
+        holds over one is waited on as if logged (``adopted``); an upload no batch was made of
+        is settled, and its items are asked again. Once per process, before any request; a
+        failed lookup fails the requests waiting on it (ChatModel retries them, and so the lookup)."""
+        if self._adopting is None:
+            self._adopting = asyncio.get_running_loop().create_task(self._find_uploads())
+        adopting = self._adopting
+        try:
+            await asyncio.shield(adopting)
+        except Exception as exc:
+            if self._adopting is adopting:
+                self._adopting = None
+            raise TransientError(f"could not list the provider's batches ({type(exc).__name__}: {exc})") from exc
+
+    async def _find_uploads(self) -> None:
+        since = min(at for _, at in self._uploads.values()) - CLOCK_SKEW_S  # the list runs newest first
+        found: dict[str, str] = {}
+        async for b in self.live._client.batches.list(limit=100):
+            if b.input_file_id in self._uploads:
+                found[b.input_file_id] = b.id
+            if b.created_at < since or len(found) == len(self._uploads):
+                break
+        for file_id, (items, at) in list(self._uploads.items()):
+            entry: dict[str, Any] = {"file": file_id, "settled": True}
+            if file_id in found:
+                entry = {"batch": found[file_id], "file": file_id, "items": items, "at": at, "adopted": True}
+                self._pending[found[file_id]] = items
+                self.stats["adopted"] += 1
+            store.append_jsonl(self.log, [entry])
+            del self._uploads[file_id]
 
     def _watch(self, batch_id: str, keys: list[str]) -> None:
         if batch_id not in self._watched:
