@@ -547,11 +547,11 @@ def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any
     """One Line per stage, role and model: calls, tokens, seconds and dollars."""
     from pbench.llm import Roles, server_of
 
-    gates = Roles.gates_of(cfg)
     lines: list[Line] = []
     for stage, role, calls in arithmetic(cfg, v, dev, costing.st["components"]):
         if not calls:
             continue
+        gates = Roles.gates_of(cfg, stage)  # a model may go by batch in some stages only
         factor = costing.per.get(f"{stage}/{role}", {}).get("calls_factor", 1.0)
         specs = costing.specs(role, stage)
         targets = specs[:1] if stage == "03_rag_assistant" else specs  # notebook 03 asks the first target once
@@ -572,7 +572,8 @@ def _lines(cfg: RunConfig, costing: _Costing, v: dict[str, float], dev: list[Any
             batch_share = spec.price_per_mtok.batch if spec.price_per_mtok is not None else None
             by_batch = None if live is None or batch_share is None else live * batch_share
             lines.append(Line(stage, role, spec.label, n, p_tok, c_tok, seconds,
-                              by_batch if spec.batch and by_batch is not None else live, live, by_batch, spec.batch))
+                              by_batch if spec.batched(stage) and by_batch is not None else live, live, by_batch,
+                              spec.batched(stage)))
     return lines
 
 

@@ -31,7 +31,7 @@ class StageContext:
         if self._roles is None:
             from pbench.llm import Roles
 
-            self._roles = Roles(self.cfg, self.run_dir)
+            self._roles = Roles(self.cfg, self.run_dir, stage=self.name)
         return self._roles
 
     def path(self, *parts: str) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.latency_server import serve
-from pbench import config, llm
+from pbench import config, estimate, llm, run
 from pbench.llm import BatchBackend, ChatModel, Gate, OpenAIBackend, ResponseCache
 from tests.conftest import minimal_params
 
@@ -177,6 +177,29 @@ def test_batch_is_for_the_openai_provider_only_and_roles_send_it_by_batch(tmp_pa
     judge = roles.panel("judge")[0]
     assert isinstance(judge.backend, BatchBackend) and judge.backend.folder == tmp_path / "batches"
     assert judge.concurrency >= 10_000  # requests wait in the batch, not in the gate
+
+
+def test_batch_may_name_the_stages_it_batches_and_never_the_one_that_converses(tmp_path):
+    hosted = {"provider": "openai", "model": "gpt-x", "base_url": "http://127.0.0.1:9/v1"}
+    for stages, error in ((["04_probing"], r"models\.prober\.batch: 04_probing converses: each turn would wait "
+                                           r"for a batch; batch the stages that do not: 01_social_graph, "),
+                          (["05"], r"models\.prober\.batch: unknown stage '05'; the stages that can batch: ")):
+        with pytest.raises(config.ConfigError, match=error) as err:
+            config.parse(minimal_params(**{"models.prober": {**hosted, "batch": stages}}))
+        assert len(str(err.value).splitlines()) == 1
+    cfg = config.parse(minimal_params(**{"models.prober": {**hosted, "batch": ["05_scoring"]},
+                                         "models.judge": [{**hosted, "batch": ["05_scoring"]}]}))
+    scoring, probing = llm.Roles(cfg, tmp_path, stage="05_scoring"), llm.Roles(cfg, tmp_path, stage="04_probing")
+    assert isinstance(scoring.panel("judge")[0].backend, BatchBackend) and scoring.panel("judge")[0].concurrency >= 10_000
+    assert isinstance(probing.role("prober").backend, OpenAIBackend) and probing.role("prober").concurrency == 4
+    assert set(config.BATCH_STAGES) == {s.name for s in run.STAGES} - {"04_probing", "06_analysis"}
+    # The estimate prices each stage as it goes: the judge's stage 05 by batch, the prober's 04 live.
+    halved = {**hosted, "price_per_mtok": {"input": 1.0, "output": 10.0, "batch": 0.5}}
+    est = estimate.estimate(config.parse(minimal_params(**{"models.prober": {**halved, "batch": ["05_scoring"]},
+                                                           "models.judge": [{**halved, "batch": ["05_scoring"]}]})),
+                            "p.yaml")
+    assert {(x.stage, x.role): x.by_batch for x in est.lines if x.role in ("prober", "judge")} == \
+        {("04_probing", "prober"): False, ("05_scoring", "judge"): True}
 
 
 def test_a_response_body_reads_the_same_live_or_from_a_batch_log_probabilities_included():

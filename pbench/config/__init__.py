@@ -20,7 +20,8 @@ never this file.
 
 from pbench.config.base import ConfigError, Fraction, IntRange, Strict
 from pbench.config.loading import FILE_FIELDS, WORLD_ENV, load, parse, verify_model_files
-from pbench.config.models import CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelList, Models, ModelSpec, Price
+from pbench.config.models import (BATCH_STAGES, CALL_ONLY, EMBEDDED_MODELS, LOCAL_ONLY, ModelList, Models, ModelSpec,
+                                  Price)
 from pbench.config.runconfig import RunConfig
 from pbench.config.sections import (
     CHAT_STRATEGIES,
@@ -61,7 +62,7 @@ from pbench.config.targets import (
 __all__ = [
     "ConfigError", "Fraction", "IntRange", "Strict",
     "FILE_FIELDS", "WORLD_ENV", "load", "parse", "verify_model_files",
-    "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
+    "BATCH_STAGES", "CALL_ONLY", "EMBEDDED_MODELS", "LOCAL_ONLY", "ModelList", "Models", "ModelSpec", "Price",
     "RunConfig",
     "CHAT_STRATEGIES", "PACKAGE_FILES", "DRAFT_ROUNDS", "DRAFTING", "Community", "Defence", "FaultKind", "Faults", "Footprint", "Judging", "LLMSettings", "Period", "Probing",
     "PromptVariant", "Strategy", "Validation",

@@ -22,6 +22,9 @@ EMBEDDED_MODELS = tuple(EMBEDDED)
 _warned: set[str] = set()
 LOCAL_ONLY = ("n_ctx", "n_parallel", "n_threads", "sha256")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CONVERSING = "04_probing"
+BATCH_STAGES = ("01_social_graph", "02_footprint", "03_rag_assistant", "05_scoring", "07_validation")
+"""The stages whose calls do not wait on each other's answers, which ``batch:`` may name (06 calls no model)."""
 
 
 class Price(Strict):
@@ -62,18 +65,30 @@ class ModelSpec(Strict):
         None, description="local .gguf files: the file's expected sha256, checked before the run starts")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra provider arguments")
     price_per_mtok: Price | None = Field(None, description="dollars per million input and output tokens (estimate only)")
-    batch: bool = Field(False, description="openai: send the calls made together through the Batch API (half price, "
-                                           "answers within 24 hours; pbench.llm.batch)")
+    batch: bool | list[str] = Field(False, description="openai: send the calls made together through the Batch API "
+                                                       "(half price, answers within 24 hours; pbench.llm.batch): true "
+                                                       "in every stage, or a list of the stages")
     batch_poll_s: Annotated[float, Field(gt=0)] = Field(30.0, description="seconds between polls of a batch's status")
     batch_failed: Literal["resubmit", "live"] = Field(
         "resubmit", description="an item a batch failed, expired or cancelled: in the next batch, or sent live")
 
     @field_validator("batch")
     @classmethod
-    def _batch_provider(cls, value: bool, info: ValidationInfo) -> bool:
+    def _batch_provider(cls, value: bool | list[str], info: ValidationInfo) -> bool | list[str]:
         if value and info.data.get("provider") != "openai":
             raise ValueError(f"the Batch API is offered for provider openai only, not {info.data.get('provider')!r}")
+        if isinstance(value, list):
+            if CONVERSING in value:
+                raise ValueError(f"{CONVERSING} converses: each turn would wait for a batch; "
+                                 f"batch the stages that do not: {', '.join(BATCH_STAGES)}")
+            if unknown := [x for x in value if x not in BATCH_STAGES]:
+                raise ValueError(f"unknown stage {unknown[0]!r}; the stages that can batch: {', '.join(BATCH_STAGES)}")
         return value
+
+    def batched(self, stage: str | None = None) -> bool:
+        """Whether this model's calls in ``stage`` go by batch: ``batch: true``, or a list of
+        stages that names it (None, outside a stage: only ``true``)."""
+        return self.batch is True or (isinstance(self.batch, list) and stage in self.batch)
 
     @model_validator(mode="before")
     @classmethod

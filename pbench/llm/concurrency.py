@@ -96,10 +96,11 @@ BATCH_IN_FLIGHT = 50_000
 """Requests one batched model may have waiting at once (``pbench.llm.batch.MAX_ITEMS``)."""
 
 
-def concurrency_of(spec: ModelSpec) -> int:
+def concurrency_of(spec: ModelSpec, stage: str | None = None) -> int:
     """A spec's own limit: ``max_concurrency``, or a local server's slots when not set; for a
-    spec sent by batch (``batch: true``), a batch's worth: requests wait there, not in the gate."""
-    if getattr(spec, "batch", False):
+    spec sent by batch in ``stage`` (``ModelSpec.batched``), a batch's worth: requests wait
+    there, not in the gate."""
+    if spec.batched(stage):
         return BATCH_IN_FLIGHT
     if spec.provider == "local" and "max_concurrency" not in spec.model_fields_set:
         return spec.n_parallel

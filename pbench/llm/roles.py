@@ -38,6 +38,7 @@ class Roles:
         cfg: the run's parameters.
         run_dir: the run folder (the default cache lives there).
         backend_factory: builds a backend for a spec; tests pass a fake.
+        stage: the stage the models serve (a spec's ``batch`` may name the stages it batches).
     """
 
     def __init__(
@@ -45,13 +46,15 @@ class Roles:
         cfg: RunConfig,
         run_dir: str | Path,
         backend_factory: Callable[[ModelSpec], Backend] = make_backend,
+        stage: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.stage = stage
         self._factory = backend_factory
         self._backends: dict[str, Backend] = {}
         self._lock = threading.Lock()
-        self.gates = self.gates_of(cfg)
+        self.gates = self.gates_of(cfg, stage)
         path = cfg.llm.cache_path or Path(run_dir) / "llm_cache.sqlite"
         self.cache = ResponseCache(path) if cfg.llm.cache else None
 
@@ -60,7 +63,7 @@ class Roles:
         with self._lock:
             if key not in self._backends:
                 backend = self._factory(spec)
-                if spec.batch and isinstance(backend, OpenAIBackend):  # pbench.llm.batch
+                if spec.batched(self.stage) and isinstance(backend, OpenAIBackend):  # pbench.llm.batch
                     backend = BatchBackend(backend, self.run_dir / "batches", spec.batch_poll_s, spec.batch_failed)
                 self._backends[key] = backend
             return self._backends[key]
@@ -76,12 +79,12 @@ class Roles:
                          gate=self.gates[server_of(spec)])
 
     @classmethod
-    def gates_of(cls, cfg: RunConfig) -> dict[tuple[str, str, str], Gate]:
-        """One ``Gate`` per server, at the smallest concurrency any role declares for it."""
+    def gates_of(cls, cfg: RunConfig, stage: str | None = None) -> dict[tuple[str, str, str], Gate]:
+        """One ``Gate`` per server, at the smallest concurrency any role declares for it (in ``stage``)."""
         limits: dict[tuple[str, str, str], int] = {}
         for spec in cls.specs_of(cfg):
             key = server_of(spec)
-            own = concurrency_of(spec)
+            own = concurrency_of(spec, stage)
             limits[key] = min(limits.get(key, own), own)
         return {k: Gate(v) for k, v in limits.items()}
 
