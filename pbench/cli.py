@@ -1,6 +1,6 @@
 """The ``pbench`` command.
 
-    pbench check FILE                 validate a parameter file (exit 2 when invalid)
+    pbench check FILE [--world PATH]  validate a parameter file (exit 2 when invalid)
     pbench run FILE [--stages ...] [--force] [--world PATH]
                                       run the notebooks of the pipeline, resuming finished stages
     pbench world pack RUN --out DIR --name NAME --version V
@@ -12,7 +12,7 @@
     pbench batch FILE...              run several parameter files (each its own run folder)
     pbench compare RUN... [--output DIR]
                                       one table, figure and findings across finished runs
-    pbench estimate FILE [--latency S] [--price MODEL=IN,OUT] [--against RUN] [--no-measure]
+    pbench estimate FILE [--world PATH] [--latency S] [--price MODEL=IN,OUT] [--against RUN] [--no-measure]
                                       calls, tokens, time and cost of a run, before it starts
     pbench estimate --calibrate RUN [--output FILE]
                                       per-call figures of a finished run, for the estimate
@@ -30,7 +30,17 @@ from typing import Any
 from pbench import config
 
 
+def _on_world(args: argparse.Namespace) -> None:
+    """``--world PATH``: the parameters are read as on that world, as ``pbench run --world`` reads them."""
+    if getattr(args, "world", None):
+        import os
+        from pathlib import Path
+
+        os.environ[config.WORLD_ENV] = str(Path(args.world).resolve())
+
+
 def _check(args: argparse.Namespace) -> int:
+    _on_world(args)
     cfg = config.load(args.file)
     config.verify_model_files(cfg)
     roles = {r: getattr(cfg.models, r) for r in ("generator", "assistant", "prober", "judge", "tagger")}
@@ -272,6 +282,7 @@ def _estimate(args: argparse.Namespace) -> int:
     if not args.file:
         print("error: give a parameter file (or --calibrate RUN)", file=sys.stderr)
         return 2
+    _on_world(args)
     cfg = config.load(args.file)
     cal = estimate.load_calibration(args.calibration) if args.calibration else None
     rates = estimate.machine_rates(cfg, measure_now=not args.no_measure)
@@ -321,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="validate a parameter file")
     c.add_argument("file")
+    c.add_argument("--world", help="a packed world the file is to run on (as pbench run --world)")
     c.set_defaults(func=_check)
 
     r = sub.add_parser("run", help="run the pipeline's notebooks on a parameter file")
@@ -379,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="the estimate as JSON")
     e.add_argument("--no-measure", action="store_true",
                    help="do not measure this machine's model rates (a few seconds); use kept ones or per-call figures")
+    e.add_argument("--world", help="a packed world the file is to run on (as pbench run --world)")
     e.add_argument("--calibrate", metavar="RUN", help="measure per-call figures on a finished run instead")
     e.add_argument("--output", help="with --calibrate: where to write them (default: calibration.json in "
                                              "$PBENCH_HOME, else ~/.config/pbench)")

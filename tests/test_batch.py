@@ -5,6 +5,7 @@ anything twice, and items a batch failed, expired or cancelled answered in a lat
 live, each counted."""
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -125,7 +126,8 @@ def test_a_kill_after_the_batch_is_created_and_before_it_is_logged_submits_nothi
 def test_an_upload_no_batch_was_made_of_is_settled_and_its_items_asked_again(tmp_path):
     folder = tmp_path / "batches"
     folder.mkdir()
-    (folder / "batches.jsonl").write_text('{"file": "file-never-batched", "items": ["x"], "at": %f}\n' % time.time())
+    upload = {"file": "file-never-batched", "items": ["x"], "at": time.time()}
+    (folder / "batches.jsonl").write_text(json.dumps(upload) + "\n")
     with serve(latency_s=0.0) as server:
         model = batch_model(server.url, folder, tmp_path / "c.sqlite")
         assert ask_all(model) == ask_all(live_model(server.url, tmp_path / "live.sqlite"))
@@ -265,3 +267,70 @@ def test_stages_01_02_by_batch_write_the_world_they_write_live_from_the_same_cac
     got = stats["batch"]
     assert batches == got["batches"] > 1 and got["submitted"] == len(keys(tmp_path / "batch.sqlite"))
     assert got["usage"]["batched"] == got["usage"]["calls"] - stats["live"]["usage"]["calls"] > 0
+
+
+@pytest.mark.slow
+def test_stages_03_05_with_the_tagger_and_judges_by_batch_write_the_live_runs_records(tmp_path, monkeypatch):
+    """A world made live on the simulated endpoint, then stages 03-05 twice on copies of it: all
+    live, and with the tagger and the judges by batch in the stages that do not converse
+    (``batch: [03_rag_assistant, 05_scoring]``) while stage 04's prober and assistant talk live.
+    The tags, conversations and judgements are the live run's (wall times aside), from the same
+    cache keys."""
+    import shutil
+
+    import yaml
+
+    from bench import sim_server
+    from bench.latency_server import config_for
+    from pbench import footprint, judging, probing, rag, social_graph, targets
+    from pbench.llm import batch
+
+    monkeypatch.setattr(batch, "WINDOW_S", 0.1)
+    data = yaml.safe_load((ROOT / "params" / "tiny.yaml").read_text())
+    data["community"].update(size=4, groups=1)
+    data["footprint"].update(private_conversations=[2, 2], group_conversations=[1, 1], blog_posts=[0, 0],
+                             purchases=[1, 1], secrets_per_user=[1, 1])
+    data["probing"].update(defences=["none", "sensitivity_filter"], secrets=2)
+    data["targets"] = [{"kind": "rag"}]
+    params = tmp_path / "p.yaml"
+    params.write_text(yaml.safe_dump(data))
+    world = tmp_path / "world"
+
+    def stripped(path: Path) -> list[dict]:  # a record's wall time is not a record of the run
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in path.read_text().splitlines()]
+
+    made, stats = {}, {}
+    with sim_server.serve(0.0, seed=1) as server:
+        cfg = config_for(params, server.url, tmp_path / "world.sqlite")
+        generator = llm.Roles(cfg, world).role("generator")
+        social_graph.save(*social_graph.build(cfg, generator), world)
+        footprint.build(cfg, social_graph.load(world), generator, world)
+        for how in ("live", "batch"):
+            out = tmp_path / how
+            shutil.copytree(world, out)
+            cfg = config_for(params, server.url, tmp_path / f"{how}.sqlite")
+            if how == "batch":
+                dumped = cfg.dump()
+                for role in ("tagger", "judge"):
+                    spec = {**dumped["models"]["assistant"][0], "batch": ["03_rag_assistant", "05_scoring"],
+                            "batch_poll_s": 0.05}
+                    dumped["models"][role] = [spec] if role == "judge" else spec
+                cfg = config.parse(dumped)
+            ds = footprint.load_dataset(out)
+            s03, s04, s05 = (llm.Roles(cfg, out, stage=s) for s in ("03_rag_assistant", "04_probing", "05_scoring"))
+            rag.build(cfg, ds, out, s03.role("tagger"))
+            built = targets.for_run(cfg, rag.Index(out), {m.label: m for m in s04.panel("assistant")}, ds.view)
+            probing.run(cfg, ds, s04.role("prober"), built, out, judging.Panel.from_config(cfg, s04))
+            judge = judging.Panel.from_config(cfg, s05)
+            judging.judge_run(ds, probing.load_conversations(out), judge, out, planned=probing.plan(ds, cfg))
+            for roles in (s03, s04, s05):
+                roles.cache.flush()
+            made[how] = {name: stripped(out / name) for name in ("sensitivity.jsonl", "conversations.jsonl",
+                                                                  "judgements.jsonl")}
+            stats[how] = {"tagger": dict(getattr(s03.role("tagger").backend, "stats", {})),
+                          "judge": dict(getattr(judge.judges[0].backend, "stats", {}))}
+    print(f"stages 03-05 by batch: {stats['batch']}")
+    assert made["batch"] == made["live"] and all(made["live"].values())
+    assert keys(tmp_path / "batch.sqlite") == keys(tmp_path / "live.sqlite")
+    assert stats["batch"]["tagger"]["submitted"] > 0 and stats["batch"]["judge"]["submitted"] > 0
+    assert not stats["live"]["tagger"] and not stats["live"]["judge"]  # live: no batch backend at all

@@ -186,6 +186,19 @@ def test_the_estimate_of_a_run_on_a_world_counts_what_the_world_holds(tmp_path, 
     assert v["probed_secrets"] == min(len(held["secrets"]), cfg.probing.secrets or len(held["secrets"]))
 
 
+def test_check_and_estimate_read_the_demos_file_on_its_world_as_run_does(capsys, monkeypatch):
+    """`make demo` runs params/tiny.yaml with --world worlds/tiny-v1; its estimate and check take
+    the same flag and count what the world holds, with no stage 01-02 calls."""
+    monkeypatch.setenv(config.WORLD_ENV, "")  # restored after the test: --world sets it
+    tiny, shipped = str(run.repo_root() / "params" / "tiny.yaml"), str(run.repo_root() / "worlds" / "tiny-v1")
+    assert cli.main(["check", tiny, "--world", shipped]) == 0
+    assert cli.main(["estimate", tiny, "--world", shipped, "--no-measure"]) == 0
+    out = capsys.readouterr().out
+    held = world.tables(shipped)
+    assert f"{len(held['people'])} people, {len(held['documents'])} documents" in out
+    assert "01_social_graph" not in out and "02_footprint" not in out and "04_probing" in out
+
+
 def test_the_worlds_generator_is_served_as_the_file_serves_its_model_in_other_roles(tmp_path, pack):
     served = {"provider": "local", "model": "qwen2.5-coder-1.5b", "n_parallel": 4, "n_ctx": 16384}
     cfg = config.load(_params(tmp_path, pack, **{"models.assistant": [served]}))  # one server for both
