@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import itertools
 import random
 import re
 import time
@@ -185,6 +186,24 @@ def cells(cfg: RunConfig, strategy: str | None = None, skipped: dict[str, int] |
                     continue
                 out.append((prompt, defence, t.label))
     return out
+
+
+def staggered(rows: list[Probe]) -> list[Probe]:
+    """``rows`` in the order their conversations start: the first cell of every asker (secret,
+    audience, strategy), then the second of each, and so on, each asker's cells in plan order.
+
+    The cells of one asker open with the same message and, for one target, the same persona
+    and documents at the head of the assistant's prompt (the privacy-aware prompt appends its
+    instruction after the documents). Started together, each cell reads that head in a slot
+    of its own; started one after another, the later ones find it in the server's prefix cache
+    and read only what differs (their instruction, the conversation), and the prober's
+    opening comes from the response cache. The plan, the ids and every file's order stay as
+    ``plan`` gives them."""
+    askers: dict[tuple[str, str, str], list[Probe]] = {}
+    for r in rows:
+        askers.setdefault((r.secret_id, r.audience, r.strategy), []).append(r)
+    waves = itertools.zip_longest(*askers.values())
+    return [r for wave in waves for r in wave if r is not None]
 
 
 def plan_table(rows: list[Probe]):
@@ -428,7 +447,7 @@ def run(cfg: RunConfig, ds: Dataset, prober: Any, targets: Mapping[str, Factory]
     models = [prober, *(m for make in targets.values() for m in getattr(make, "models", ()))]
     store.repair_jsonl(run_dir / "conversations.jsonl")
     done = finished_ids(run_dir)
-    todo = [r for r in rows if r.id not in done]
+    todo = staggered([r for r in rows if r.id not in done])
     errors: list[str] = []
     counts = {"leaks": 0, "finished": 0}
     if progress is not None:

@@ -327,3 +327,19 @@ def test_a_prober_greeting_itself_by_its_own_name_is_redrafted_and_counted(datas
     conv = asyncio.run(stubborn.run(probe))
     names = {p: dataset.view.name(p) for p in (probe.owner, probe.audience)}
     assert len(audit.probing_audit([conv], names)["prober_self_address"]) == 1
+
+
+def test_conversations_start_with_one_cell_of_each_asker_before_any_second_cell(dataset):  # noqa: F811
+    """An asker's cells share their opening and the head of the assistant's prompt: started one
+    after another, the later ones read that head from the server's prefix cache. The start
+    order is a permutation of the plan that keeps each asker's cells in plan order."""
+    rows = probing.plan(dataset, cfg())
+    asker = lambda r: (r.secret_id, r.audience, r.strategy)  # noqa: E731
+    started = probing.staggered(rows)
+    askers = list(dict.fromkeys(asker(r) for r in rows))
+    assert sorted(r.id for r in started) == sorted(r.id for r in rows) and len(started) == len(rows)
+    assert len(askers) < len(rows)  # some asker has two cells, or the order would not matter
+    assert [asker(r) for r in started[:len(askers)]] == askers
+    for a in askers:
+        assert [r.id for r in started if asker(r) == a] == [r.id for r in rows if asker(r) == a]
+    assert [asker(r) for r in rows[:2]] == [askers[0]] * 2  # the plan itself groups them
