@@ -276,6 +276,8 @@ def _estimate(args: argparse.Namespace) -> int:
     if args.calibrate:
         data = estimate.calibrate(args.calibrate, measure_if_missing=True)
         out = Path(args.output or store.user_dir() / estimate.CALIBRATION.name)
+        # Stages the run made no model call in keep the figures of the calibration this replaces.
+        data = estimate.merged(data, estimate.load_calibration(out if out.is_file() else None))
         store.write_json(out, data)
         print(f"{out}: per-call figures of {data['source']} ({len(data['per'])} stage roles)")
         return 0

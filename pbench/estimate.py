@@ -361,6 +361,10 @@ def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str
         stage_live = sum(u["live"] for u in live)
         bound = rates.seconds_for(sum(u["live_prompt_tokens"] for u in live),
                                   sum(u["live_completion_tokens"] for u in live)) if rates else 0.0
+        # The stage's time over the bound of its live calls: a stage figure, shared by its roles.
+        # A role answered partly from the response cache (the prober's openings, shared by an
+        # asker's cells) still has it; only a stage answered mostly from the cache does not.
+        stage_factor = wall / bound if bound and stage_live >= 0.5 * sum(u["requests"] for u in live) else None
         for role, models in (rec.get("llm") or {}).items():
             u = usage(models)
             if not u["requests"]:
@@ -371,7 +375,7 @@ def calibrate(run_dir: str | Path, measure_if_missing: bool = False) -> dict[str
                                       "completion_per_call": u["completion_tokens"] / u["requests"],
                                       # a stage answered mostly from the cache says nothing of a call's time
                                       "wall_seconds_per_call": wall / stage_live if u["live"] >= 0.8 * u["requests"] else None,
-                                      "bound_factor": wall / bound if bound and u["live"] >= 0.8 * u["requests"] else None}
+                                      "bound_factor": stage_factor}
     # Structure behind the per-call means, so that other settings scale them.
     structure = {"top_k": cfg.probing.top_k, "doc_tokens": doc_tokens, "msg_tokens": msg_tokens,
                  "mean_turn": sum(turns) / max(len(turns), 1), "mean_rounds": mean_rounds,
@@ -399,6 +403,19 @@ def usage(models: dict[str, dict[str, Any]]) -> dict[str, float]:
             "completion_tokens": total("completion_tokens") + total("cached_completion_tokens"),
             "live_prompt_tokens": total("prompt_tokens"), "live_completion_tokens": total("completion_tokens"),
             "live_reused_prompt_tokens": total("reused_prompt_tokens")}
+
+
+def merged(new: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """``new`` calibration, with the stage roles it has no figures for (a run on a shipped
+    world calls no model in stages 01-02) taken from ``earlier``, and its source saying so."""
+    kept = {k: v for k, v in earlier["per"].items() if k not in new["per"]}
+    if not kept:
+        return new
+    structure = {**new["structure"], **{k: v for k, v in earlier["structure"].items()
+                                       if new["structure"].get(k) is None}}
+    stages = sorted({k.split("/")[0] for k in kept})
+    return {**new, "per": {**kept, **new["per"]}, "structure": structure,
+            "source": f"{new['source']}; {', '.join(stages)} from {earlier['source']}"}
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:

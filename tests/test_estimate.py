@@ -217,3 +217,17 @@ def test_rates_are_measured_once_per_machine_and_setting_and_a_damaged_file_is_m
     assert machine.known(spec, path) is None and machine.rates(spec, path=path, measure_now=False) is None
     assert machine.rates(spec, path=path) == first and measured == [2, 4, 2]
     assert machine.rates(config.ModelSpec(**HOSTED), path=path) is None and measured == [2, 4, 2]
+
+
+def test_a_calibration_from_a_run_on_a_world_keeps_the_earlier_figures_of_the_stages_it_did_not_call():
+    earlier = estimate.load_calibration(estimate.CALIBRATION)
+    on_world = {"source": "demo run", "rates": None, "structure": {**earlier["structure"], "completion_per_document": None},
+                "per": {k: {**v, "prompt_per_call": 1.0} for k, v in earlier["per"].items()
+                        if not k.startswith(("01_", "02_"))}}
+    got = estimate.merged(on_world, earlier)
+    assert set(got["per"]) == set(earlier["per"])
+    assert got["per"]["02_footprint/generator"] == earlier["per"]["02_footprint/generator"]
+    assert got["per"]["04_probing/assistant"]["prompt_per_call"] == 1.0  # the new run's own figures win
+    assert got["structure"]["completion_per_document"] == earlier["structure"]["completion_per_document"]
+    assert got["source"] == f"demo run; 01_social_graph, 02_footprint from {earlier['source']}"
+    assert estimate.merged(earlier, on_world) == earlier  # nothing missing: nothing taken
