@@ -1,5 +1,6 @@
 """Calls made together, sent through the OpenAI Batch API (``batch: true`` on an ``openai``
-model): the provider prices them at half, and answers within its completion window (24 h).
+model) or Anthropic's Message Batches (on an ``anthropic`` model): the provider prices them at
+half, and answers within 24 hours.
 
 A ``BatchBackend`` stands where the live ``OpenAIBackend`` stood. Each ``generate`` puts its
 request into the open round and waits. A round is submitted once no request has joined it for
@@ -14,15 +15,17 @@ its batch is created: a process killed between the two leaves the upload in the 
 next one finds the batch made over it among the provider's (``_adopt``) before it submits.
 
 A finished batch's answers are kept beside the log (``<batch id>.jsonl``) and read through the
-live path's ``backends.reply_of``: they reach the response cache under the same keys as live
-answers would, and a rerun reads them from there. An item the batch failed, expired or
+live path's ``backends.reply_of`` (``message_reply_of`` for Anthropic): they reach the
+response cache under the same keys as live answers would, and a rerun reads them from there. An item the batch failed, expired or
 cancelled goes into the next round (``batch_failed: resubmit``, at most ``MAX_ROUNDS`` times)
 or is sent live (``live``). Either way it is counted (``stats``), never dropped.
 
-The rounds, the log, re-attaching and the failures are the provider's no more than the
-answers are: what is the provider's is in the methods a subclass for another provider
-overrides: ``_create`` (submit a round), ``_poll`` (a batch's status and counts), ``_collect``
-(its answers), ``_read`` (an answer as a ``RawReply``) and ``_key`` (a request's item id).
+The rounds, the log, re-attaching and the failures are the same for both providers; what
+differs is in the methods that ``AnthropicBatchBackend`` overrides: ``_create`` (submit a
+round), ``_poll`` (a batch's status and counts), ``_collect`` (its answers), ``_read`` (an
+answer as a ``RawReply``) and ``_key`` (a request's item id). Anthropic takes a batch's
+requests inline, with no file: there is no upload to log, and nothing to adopt (see
+``AnthropicBatchBackend`` for the gap that leaves).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from pbench import store
-from pbench.llm.backends import OpenAIBackend, reply_of
+from pbench.llm.backends import AnthropicBackend, OpenAIBackend, message_reply_of, reply_of
 from pbench.llm.errors import TransientError
 from pbench.llm.replies import Message, RawReply
 
@@ -67,7 +70,7 @@ class Polled(NamedTuple):
 class BatchBackend:
     """The Batch API behind the ``Backend`` interface (see the module).
 
-    This class speaks OpenAI's Batch API; a subclass for another provider overrides its provider's part.
+    This class speaks OpenAI's Batch API; ``AnthropicBatchBackend`` overrides its provider's part.
 
     Args:
         live: the model's live backend: its request bodies, its client, and the calls sent live.
@@ -81,7 +84,7 @@ class BatchBackend:
 
     waits = True  # a batch answers within hours: ChatModel does not hold it to timeout_s
 
-    def __init__(self, live: OpenAIBackend, folder: str | Path, poll_s: float = 30.0,
+    def __init__(self, live: OpenAIBackend | AnthropicBackend, folder: str | Path, poll_s: float = 30.0,
                  failed: str = "resubmit", window_s: float | None = None, progress: bool = True) -> None:
         self.live, self.identity = live, live.identity
         self._sdk: Any = live._client  # the provider's client, which only the provider's part calls
@@ -333,3 +336,52 @@ class BatchBackend:
         path = self.folder / f"{batch_id}.jsonl"
         return {r["custom_id"]: r["body"] for r in store.read_jsonl(path)} if path.is_file() else {}
 
+
+class AnthropicBatchBackend(BatchBackend):
+    """Anthropic's Message Batches behind the same rounds, log and failure handling.
+
+    A round is one ``messages.batches.create`` with its requests inline (``custom_id``: the
+    item id, 32 hex characters of the 64 allowed; ``params``: the live request body), logged as
+    soon as it returns. There is no upload before it, so no upload to adopt. What is left is the
+    moment between the provider creating the batch and this process appending its line: a kill
+    there, or a reply lost on the way back, leaves a batch the log does not know, and its items
+    are submitted again (paid twice, answered once). It cannot be found afterwards: the provider's
+    list of batches (``messages.batches.list``) gives each batch's counts and times, not its
+    requests' custom ids, so it cannot be told from any other batch of the workspace.
+
+    A parse retry asks again with another seed, which Anthropic's request does not carry: the
+    item id is the body's and the seed's, so the retry is a new item, not the answer it replaces.
+    """
+
+    def _key(self, body: dict[str, Any], settings: dict[str, Any]) -> str:
+        return item_id({"params": body, "seed": settings.get("seed"), "attempt": settings.get("attempt")})
+
+    def _read(self, body: dict[str, Any], with_top: bool) -> RawReply:
+        return message_reply_of(body)
+
+    async def _create(self, keys: list[str]) -> dict[str, Any]:
+        batch = await self._sdk.messages.batches.create(
+            requests=[{"custom_id": k, "params": self._bodies[k][0]} for k in keys])
+        return {"batch": batch.id}
+
+    async def _poll(self, batch_id: str) -> Polled:
+        batch = await self._sdk.messages.batches.retrieve(batch_id)
+        counts = batch.request_counts
+        status = "canceled" if batch.cancel_initiated_at is not None else str(batch.processing_status)
+        return Polled(status, batch.processing_status == "ended", counts.succeeded,
+                      counts.errored + counts.canceled + counts.expired, batch)
+
+    async def _collect(self, polled: Polled) -> tuple[dict[str, dict[str, Any]], dict[str, str], str]:
+        """Each result's message, or its type (``errored``, ``canceled``, ``expired``) as the reason."""
+        async def fetch() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+            answered: dict[str, dict[str, Any]] = {}
+            reasons: dict[str, str] = {}
+            async for entry in await self._sdk.messages.batches.results(polled.batch.id):
+                if entry.result.type == "succeeded":
+                    answered[entry.custom_id] = entry.result.message.model_dump()
+                else:
+                    reasons[entry.custom_id] = str(entry.result.type)
+            return answered, reasons
+
+        got = await self._download(fetch)
+        return ({}, {}, "unread") if got is None else (*got, polled.status)
