@@ -8,8 +8,11 @@ seed); requests with a ``json_schema`` response format get a minimal instance of
 Each request sleeps in its own thread, so requests overlap as they would against a hosted
 API. It also serves the Batch API (``/v1/files``, ``/v1/batches``): a batch's items get the
 answers the live endpoint gives the same requests, and a test can hold batches in progress,
-leave items unanswered, or end a batch expired or cancelled (``LatencyServer`` attributes). The server counts the requests it answered, those it refused for a wrong or missing
-key, and the most it had in flight at once. The server is stdlib only; ``config_for`` binds a
+leave items unanswered, or end a batch expired or cancelled (``LatencyServer`` attributes).
+It speaks Anthropic's Messages API too (``/v1/messages``, and its Message Batches under
+``/v1/messages/batches``), with the same answers by batch as live and the same knobs; an
+Anthropic client takes ``server.root`` as its base URL. The server counts the requests it
+answered, those it refused for a wrong or missing key, and the most it had in flight at once. The server is stdlib only; ``config_for`` binds a
 parameter file's roles to it.
 """
 
@@ -25,6 +28,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -125,12 +129,22 @@ class LatencyServer(ThreadingHTTPServer):
         self.batch_end: Any = lambda n: "completed"  # the final status of the n-th batch (1, 2, ...)
         self.unanswered: Any = lambda n, custom_id: False  # items the n-th batch leaves unanswered
         self.failed_downloads = 0  # downloads of a batch's output to answer with HTTP 500 first
+        # Anthropic's Message Batches, under the same knobs: an item left unanswered is
+        # ``errored`` in a completed batch, ``expired`` in an expired one and ``canceled`` in a
+        # cancelled one (which the provider itself cancels).
+        self.message_batches: dict[str, dict[str, Any]] = {}
+        self.message_results: dict[str, bytes] = {}
 
     @property
     def url(self) -> str:
         """The base URL an OpenAI client takes (ends in ``/v1``)."""
+        return f"{self.root}/v1"
+
+    @property
+    def root(self) -> str:
+        """The base URL an Anthropic client takes (it adds ``/v1/messages``)."""
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host}:{port}"
 
     def reset(self) -> None:
         """Zero the counters (between two measured settings)."""
@@ -183,8 +197,8 @@ class LatencyServer(ThreadingHTTPServer):
             batch["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(errors)}
             batch["status"] = end
 
-    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The chat-completion body for ``request`` (after waiting ``latency_s``)."""
+    def _served(self) -> None:
+        """One request's wait of ``latency_s``, counted in flight meanwhile and answered after."""
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -194,6 +208,10 @@ class LatencyServer(ThreadingHTTPServer):
             with self._lock:
                 self.in_flight -= 1
                 self.requests += 1
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The chat-completion body for ``request`` (after waiting ``latency_s``)."""
+        self._served()
         messages = request.get("messages", [])
         text = self.answer(request)
         prompt_tokens = sum(_words(str(m.get("content", ""))) for m in messages)
@@ -209,6 +227,71 @@ class LatencyServer(ThreadingHTTPServer):
         }
 
 
+    def message(self, request: dict[str, Any]) -> dict[str, Any]:
+        """An Anthropic Message for a Messages API ``request`` (after waiting ``latency_s``): a
+        forced tool call gets its tool's input, a minimal instance of the tool's schema; else a
+        sentence. A function of the request alone, as ``answer`` is (Anthropic takes no seed)."""
+        self._served()
+        messages = request.get("messages", [])
+        last = messages[-1].get("content", "") if messages else ""
+        digest = hashlib.sha256(f"None|{last}".encode()).digest()
+        choice = request.get("tool_choice") or {}
+        tool = next((t for t in request.get("tools", []) if t.get("name") == choice.get("name")), None)
+        if choice.get("type") == "tool" and tool is not None:
+            content: list[dict[str, Any]] = [{
+                "type": "tool_use", "id": f"toolu_{digest.hex()[:24]}", "name": tool["name"],
+                "input": instance(tool["input_schema"], array_items=self.array_items, tag=digest.hex()[:6])}]
+            out_words, stop = _words(json.dumps(content[0]["input"])), "tool_use"
+        else:
+            text = sentence(digest)
+            content, out_words, stop = [{"type": "text", "text": text}], _words(text), "end_turn"
+        read = sum(_words(str(m.get("content", ""))) for m in messages) + _words(str(request.get("system", "")))
+        return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+                "model": request.get("model", "latency-server"), "content": content, "stop_reason": stop,
+                "stop_sequence": None, "usage": {"input_tokens": read, "output_tokens": out_words,
+                                                 "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}
+
+    def new_message_batch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Create a Message Batch over inline requests (``POST /v1/messages/batches``); it runs in a thread."""
+        items = request["requests"]
+        created = datetime.now(UTC)
+        with self._lock:
+            n = len(self.batches) + len(self.message_batches) + 1
+            self.batch_items += len(items)
+            batch = {"id": f"msgbatch_{uuid.uuid4().hex[:24]}", "type": "message_batch",
+                     "processing_status": "in_progress", "created_at": created.isoformat(),
+                     "expires_at": (created + timedelta(hours=24)).isoformat(), "ended_at": None,
+                     "cancel_initiated_at": None, "archived_at": None, "results_url": None,
+                     "request_counts": {"processing": len(items), "succeeded": 0, "errored": 0, "canceled": 0,
+                                        "expired": 0}}
+            self.message_batches[batch["id"]] = batch
+        threading.Thread(target=self._run_message_batch, args=(batch, items, n), daemon=True).start()
+        return dict(batch)
+
+    def _run_message_batch(self, batch: dict[str, Any], items: list[dict[str, Any]], n: int) -> None:
+        self.hold.wait()
+        end = self.batch_end(n)
+        missed = {"completed": "errored", "expired": "expired", "cancelled": "canceled"}[end]
+        counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+        lines = []
+        for item in items:
+            if self.unanswered(n, item["custom_id"]):
+                result: dict[str, Any] = {"type": missed}
+                if missed == "errored":
+                    result["error"] = {"type": "error", "error": {"type": "api_error", "message": "injected"}}
+            else:
+                result = {"type": "succeeded", "message": self.message(item["params"])}
+            counts[result["type"]] += 1
+            lines.append({"custom_id": item["custom_id"], "result": result})
+        with self._lock:
+            self.message_results[batch["id"]] = "".join(json.dumps(x) + "\n" for x in lines).encode()
+            now = datetime.now(UTC).isoformat()
+            batch.update(processing_status="ended", ended_at=now, request_counts=counts,
+                         results_url=f"{self.root}/v1/messages/batches/{batch['id']}/results")
+            if end == "cancelled":
+                batch["cancel_initiated_at"] = now
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the OpenAI client expects
     disable_nagle_algorithm = True  # else the body waits ~40 ms for the client's delayed ACK of the headers
@@ -216,7 +299,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _refused(self) -> bool:
         key = self.server.require_key
-        if key is not None and self.headers.get("Authorization") != f"Bearer {key}":
+        if key is not None and self.headers.get("Authorization") != f"Bearer {key}" \
+                and self.headers.get("x-api-key") != key:  # OpenAI's header, or Anthropic's
             with self.server._lock:
                 self.server.rejected += 1
             self._send(401, {"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
@@ -237,6 +321,23 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
             with server._lock:
                 self._send(200, dict(server.batches[parts[2]]))
+        elif parts == ["v1", "messages", "batches"]:  # the list, newest first, in one page
+            with server._lock:
+                data = sorted((dict(b) for b in server.message_batches.values()), key=lambda b: b["created_at"],
+                              reverse=True)
+            self._send(200, {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                             "last_id": data[-1]["id"] if data else None})
+        elif parts[:3] == ["v1", "messages", "batches"] and len(parts) == 4 and parts[3] in server.message_batches:
+            with server._lock:
+                self._send(200, dict(server.message_batches[parts[3]]))
+        elif parts[:3] == ["v1", "messages", "batches"] and parts[4:] == ["results"] \
+                and parts[3] in server.message_results:
+            with server._lock:
+                failing, server.failed_downloads = server.failed_downloads > 0, max(server.failed_downloads - 1, 0)
+            if failing:
+                self._send(500, {"type": "error", "error": {"type": "api_error", "message": "injected"}})
+            else:
+                self._send_bytes(200, server.message_results[parts[3]], "application/binary")
         elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in server.files:
             with server._lock:
                 failing, server.failed_downloads = server.failed_downloads > 0, max(server.failed_downloads - 1, 0)
@@ -250,7 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the http.server name
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         path = self.path.rstrip("/")
-        if path not in ("/v1/chat/completions", "/v1/files", "/v1/batches"):
+        if path not in ("/v1/chat/completions", "/v1/files", "/v1/batches", "/v1/messages", "/v1/messages/batches"):
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
             return
         if self._refused():
@@ -261,12 +362,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/v1/batches":
             self._send(200, self.server.new_batch(json.loads(body)))
             return
+        if path == "/v1/messages/batches":
+            self._send(200, self.server.new_message_batch(json.loads(body)))
+            return
         try:
             request = json.loads(body)
         except json.JSONDecodeError as exc:
             self._send(400, {"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request_error"}})
             return
-        self._send(200, self.server.reply(request))
+        self._send(200, self.server.message(request) if path == "/v1/messages" else self.server.reply(request))
 
     def _upload(self, body: bytes) -> dict[str, Any]:
         """A multipart upload (``POST /v1/files``) kept in memory, as the Files API describes it."""

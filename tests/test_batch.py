@@ -169,8 +169,8 @@ def test_with_failed_live_the_unanswered_items_are_sent_live(tmp_path):
 
 def test_batch_is_for_the_openai_provider_only_and_roles_send_it_by_batch(tmp_path):
     local = {"provider": "local", "model": "qwen2.5-0.5b", "batch": True}
-    with pytest.raises(config.ConfigError, match=r"models\.judge\.0\.batch: the Batch API is offered for provider "
-                                                 r"openai only, not 'local'") as err:
+    with pytest.raises(config.ConfigError, match=r"models\.judge\.0\.batch: a batch API is offered for providers "
+                                                 r"openai and anthropic only, not 'local'") as err:
         config.parse(minimal_params(**{"models.judge": [local]}))
     assert len(str(err.value).splitlines()) == 1
     hosted = {"provider": "openai", "model": "gpt-x", "base_url": "http://127.0.0.1:9/v1", "batch": True}

@@ -25,6 +25,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CONVERSING = "04_probing"
 BATCH_STAGES = ("01_social_graph", "02_footprint", "03_rag_assistant", "05_scoring", "07_validation")
 """The stages whose calls do not wait on each other's answers, which ``batch:`` may name (06 calls no model)."""
+BATCH_PROVIDERS = ("openai", "anthropic")
+"""The providers whose batch API ``pbench.llm.batch`` speaks (``batch:``)."""
 
 
 class Price(Strict):
@@ -34,7 +36,8 @@ class Price(Strict):
     input: Annotated[float, Field(ge=0)]
     output: Annotated[float, Field(ge=0)]
     batch: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None, description="a call by batch as a share of the live price (OpenAI's Batch API: 0.5); null: none offered")
+        None, description="a call by batch as a share of the live price (OpenAI's Batch API and Anthropic's "
+                          "Message Batches: 0.5); null: none offered")
 
 
 CALL_ONLY = ("max_concurrency", "timeout_s", "max_retries", "price_per_mtok", "batch", "batch_poll_s", "batch_failed")
@@ -44,10 +47,11 @@ CALL_ONLY = ("max_concurrency", "timeout_s", "max_retries", "price_per_mtok", "b
 class ModelSpec(Strict):
     """One model bound to a role. Keys come from environment variables, never from the file."""
 
-    provider: Literal["local", "openai", "langchain"]
+    provider: Literal["local", "openai", "anthropic", "langchain"]
     model: str = Field(
         description="local: an embedded name or a path to a .gguf file; openai: the served "
-        "model name; langchain: 'provider:model' as init_chat_model takes it"
+        "model name; anthropic: the model name (the anthropic extra); langchain: 'provider:model' "
+        "as init_chat_model takes it"
     )
     name: str | None = Field(None, description="label in tables and figures; defaults to model")
     base_url: str | None = None
@@ -65,9 +69,9 @@ class ModelSpec(Strict):
         None, description="local .gguf files: the file's expected sha256, checked before the run starts")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra provider arguments")
     price_per_mtok: Price | None = Field(None, description="dollars per million input and output tokens (estimate only)")
-    batch: bool | list[str] = Field(False, description="openai: send the calls made together through the Batch API "
-                                                       "(half price, answers within 24 hours; pbench.llm.batch): true "
-                                                       "in every stage, or a list of the stages")
+    batch: bool | list[str] = Field(False, description="openai, anthropic: send the calls made together through the "
+                                                       "provider's batch API (half price, answers within 24 hours; "
+                                                       "pbench.llm.batch): true in every stage, or a list of the stages")
     batch_poll_s: Annotated[float, Field(gt=0)] = Field(30.0, description="seconds between polls of a batch's status")
     batch_failed: Literal["resubmit", "live"] = Field(
         "resubmit", description="an item a batch failed, expired or cancelled: in the next batch, or sent live")
@@ -75,8 +79,9 @@ class ModelSpec(Strict):
     @field_validator("batch")
     @classmethod
     def _batch_provider(cls, value: bool | list[str], info: ValidationInfo) -> bool | list[str]:
-        if value and info.data.get("provider") != "openai":
-            raise ValueError(f"the Batch API is offered for provider openai only, not {info.data.get('provider')!r}")
+        if value and info.data.get("provider") not in BATCH_PROVIDERS:
+            raise ValueError(f"a batch API is offered for providers {' and '.join(BATCH_PROVIDERS)} only, "
+                             f"not {info.data.get('provider')!r}")
         if isinstance(value, list):
             if CONVERSING in value:
                 raise ValueError(f"{CONVERSING} converses: each turn would wait for a batch; "

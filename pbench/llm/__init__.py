@@ -7,6 +7,7 @@ file binds each role to a model spec (``pbench.config.ModelSpec``). Providers:
   own OpenAI-compatible server, inside this process on 127.0.0.1; started once per process
   per model file and shared by every role bound to it; stopped at exit.
 - ``openai``: any OpenAI-compatible endpoint (vLLM, Ollama, LM Studio, llama.cpp, OpenAI).
+- ``anthropic``: Anthropic's Messages API, with the ``anthropic`` extra (``pbench[anthropic]``).
 - ``langchain``: any provider LangChain's ``init_chat_model`` knows, when its package is installed.
 
 Structured output is enforced with a JSON schema (``response_format``) where the server
@@ -25,8 +26,9 @@ The rooms, each importing only those above it in this list:
 - ``concurrency``: the one event loop (``run_sync``, ``gather_bounded``) and a server's ``Gate``;
 - ``cache``: the response cache (``ResponseCache``, ``cache_key``, ``flush_caches``);
 - ``servers``: embedded models served in this process (``LocalServers``, ``SERVERS``);
-- ``backends``: transports to a model (``OpenAIBackend``, ``LangChainBackend``, ``make_backend``);
-- ``batch``: calls made together sent through the Batch API (``BatchBackend``);
+- ``backends``: transports to a model (``OpenAIBackend``, ``AnthropicBackend``, ``LangChainBackend``,
+  ``make_backend``);
+- ``batch``: calls made together sent by batch (``BatchBackend``, ``AnthropicBatchBackend``);
 - ``faults``: fault injection (``FaultyBackend``);
 - ``chat``: the model a role is bound to (``ChatModel``);
 - ``roles``: the run's models by role (``Roles``).
@@ -35,8 +37,8 @@ Callers import from ``pbench.llm``; modules of this package import each other di
 this file.
 """
 
-from pbench.llm.backends import Backend, LangChainBackend, OpenAIBackend, make_backend
-from pbench.llm.batch import BatchBackend
+from pbench.llm.backends import AnthropicBackend, Backend, LangChainBackend, OpenAIBackend, make_backend
+from pbench.llm.batch import AnthropicBatchBackend, BatchBackend
 from pbench.llm.cache import ResponseCache, cache_key, flush_caches
 from pbench.llm.chat import ChatModel
 from pbench.llm.concurrency import RUNTIME, Gate, concurrency_of, gather_bounded, run_sync, server_of
@@ -48,8 +50,8 @@ from pbench.llm.roles import ROLES, Roles
 from pbench.llm.servers import SERVERS, LocalServers
 
 __all__ = [
-    "Backend", "LangChainBackend", "OpenAIBackend", "make_backend",
-    "BatchBackend",
+    "AnthropicBackend", "Backend", "LangChainBackend", "OpenAIBackend", "make_backend",
+    "AnthropicBatchBackend", "BatchBackend",
     "ResponseCache", "cache_key", "flush_caches",
     "ChatModel",
     "RUNTIME", "Gate", "concurrency_of", "gather_bounded", "run_sync", "server_of",

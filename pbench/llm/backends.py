@@ -1,11 +1,12 @@
 """Transports to a model: the ``Backend`` protocol, an OpenAI-compatible client (hosted
-endpoints and the embedded local server alike), LangChain's chat models, and ``make_backend``,
-which picks one from a spec's ``provider``."""
+endpoints and the embedded local server alike), Anthropic's Messages API (the ``anthropic``
+extra), LangChain's chat models, and ``make_backend``, which picks one from a spec's ``provider``."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -97,6 +98,80 @@ def _first_token_top(choice: dict[str, Any]) -> tuple[tuple[str, float], ...] | 
     return tuple((t["token"], float(t["logprob"])) for t in (content[0].get("top_logprobs") or []))
 
 
+class AnthropicBackend:
+    """Anthropic's Messages API through the ``anthropic`` SDK (``pip install pbench[anthropic]``).
+
+    What differs from the OpenAI path: a system message goes into ``system`` (the Messages API
+    has no system role); a JSON schema is asked for as a forced tool call whose input is the
+    reply; there is no seed and no temperature (SDK 2.10's ``messages.create`` takes neither:
+    both are dropped from the request and stay in ChatModel's cache key) and no
+    log-probabilities (``top`` is None: the judge reads that as none given).
+    """
+
+    def __init__(self, spec: ModelSpec) -> None:
+        try:
+            import anthropic
+        except ImportError:
+            raise LLMError(f"model {spec.label}: provider anthropic needs the anthropic package "
+                           "(pip install 'pbench[anthropic]')") from None
+
+        self.spec = spec
+        self.identity = {"provider": "anthropic", "model": spec.model, "base_url": spec.base_url}
+        # Our own retries and accounting, as for OpenAIBackend.
+        self._client = anthropic.AsyncAnthropic(base_url=spec.base_url, api_key=_api_key(spec), max_retries=0,
+                                                timeout=spec.timeout_s)
+
+    def request(self, messages: Sequence[Message], schema: dict[str, Any] | None,
+                settings: dict[str, Any]) -> dict[str, Any]:
+        """The Messages API request body for one call (live, or the ``params`` of a batch item)."""
+        system = "\n\n".join(str(m["content"]) for m in messages if m["role"] == "system")
+        kwargs: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages if m["role"] != "system"],
+            "max_tokens": settings["max_tokens"],
+            **self.spec.kwargs,
+        }
+        if system:
+            kwargs["system"] = system
+        if schema is not None:
+            name = re.sub(r"[^a-zA-Z0-9_-]", "_", str(schema.get("title", "reply")))[:64] or "reply"
+            kwargs["tools"] = [{"name": name, "description": "Give the reply.", "input_schema": schema}]
+            kwargs["tool_choice"] = {"type": "tool", "name": name}
+        return kwargs
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply:
+        return await self.send(self.request(messages, schema, settings), bool(settings.get("top_logprobs")))
+
+    async def send(self, body: dict[str, Any], with_top: bool) -> RawReply:
+        """One request body (``request``) sent live, its reply read (``message_reply_of``);
+        ``with_top`` is ignored: Anthropic gives no log-probabilities."""
+        resp = await self._client.messages.create(**body)
+        return message_reply_of(resp.model_dump())
+
+
+def message_reply_of(body: dict[str, Any]) -> RawReply:
+    """An Anthropic Message (live, or a batch's succeeded result) as a ``RawReply``: a tool
+    call's input as JSON text, else the text blocks joined. Its prompt tokens are all it read
+    (``input_tokens`` counts only those neither read from nor written to the prompt cache), of
+    which ``cache_read_input_tokens`` were reused.
+
+    Raises:
+        TransientError: the body is not a message.
+    """
+    if not isinstance(body.get("content"), list):
+        raise TransientError("the server returned no message content")
+    tool = next((b for b in body["content"] if b.get("type") == "tool_use"), None)
+    text = json.dumps(tool.get("input")) if tool is not None else \
+        "".join(b.get("text") or "" for b in body["content"] if b.get("type") == "text")
+    usage = body.get("usage") or {}
+    reused = usage.get("cache_read_input_tokens") or 0
+    read = (usage.get("input_tokens") or 0) + reused + (usage.get("cache_creation_input_tokens") or 0)
+    return RawReply(text=text, prompt_tokens=read, completion_tokens=usage.get("output_tokens") or 0,
+                    reused_tokens=reused, top=None)
+
+
 class LangChainBackend:
     """Any chat model LangChain's ``init_chat_model`` can build (its package must be installed)."""
 
@@ -162,4 +237,6 @@ def make_backend(spec: ModelSpec) -> Backend:
     if spec.provider == "openai":
         ident = {"provider": "openai", "model": spec.model, "base_url": spec.base_url}
         return OpenAIBackend(spec, spec.base_url, ident, api_key=_api_key(spec))
+    if spec.provider == "anthropic":
+        return AnthropicBackend(spec)
     return LangChainBackend(spec)

@@ -24,7 +24,7 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
         errors += [openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError]
     except ImportError:  # pragma: no cover - openai is a dependency
         pass
-    try:  # only when a LangChain Anthropic binding is installed
+    try:  # only when the anthropic extra (or a LangChain Anthropic binding) is installed
         import anthropic
 
         errors += [anthropic.APIConnectionError, anthropic.RateLimitError, anthropic.InternalServerError]
@@ -38,13 +38,22 @@ TRANSIENT_ERRORS = _transient_errors()
 
 def _refusals() -> tuple[type[BaseException], ...]:
     # Errors the endpoint answers with that a retry cannot mend: a bad key (401), no access
-    # (403), an unknown model (404), a malformed request (400).
+    # (403), an unknown model (404), a malformed request (400). A status error that is
+    # transient (429, 5xx) is a subclass of these, caught first as transient.
+    errors: list[type[BaseException]] = []
     try:
         import openai
 
-        return (openai.APIStatusError,)
+        errors.append(openai.APIStatusError)
     except ImportError:  # pragma: no cover - openai is a dependency
-        return ()
+        pass
+    try:  # only when the anthropic extra is installed
+        import anthropic
+
+        errors.append(anthropic.APIStatusError)
+    except ImportError:
+        pass
+    return tuple(errors)
 
 
 REFUSALS = _refusals()

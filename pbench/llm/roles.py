@@ -12,8 +12,8 @@ from typing import Any
 
 from pbench import embedded
 from pbench.config import ModelSpec, RunConfig
-from pbench.llm.backends import Backend, OpenAIBackend, make_backend
-from pbench.llm.batch import BatchBackend
+from pbench.llm.backends import AnthropicBackend, Backend, OpenAIBackend, make_backend
+from pbench.llm.batch import AnthropicBatchBackend, BatchBackend
 from pbench.llm.cache import ResponseCache
 from pbench.llm.chat import ChatModel
 from pbench.llm.concurrency import Gate, concurrency_of, server_of
@@ -63,8 +63,9 @@ class Roles:
         with self._lock:
             if key not in self._backends:
                 backend = self._factory(spec)
-                if spec.batched(self.stage) and isinstance(backend, OpenAIBackend):  # pbench.llm.batch
-                    backend = BatchBackend(backend, self.run_dir / "batches", spec.batch_poll_s, spec.batch_failed)
+                if spec.batched(self.stage) and isinstance(backend, OpenAIBackend | AnthropicBackend):
+                    batching = AnthropicBatchBackend if isinstance(backend, AnthropicBackend) else BatchBackend
+                    backend = batching(backend, self.run_dir / "batches", spec.batch_poll_s, spec.batch_failed)
                 self._backends[key] = backend
             return self._backends[key]
 
