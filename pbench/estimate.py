@@ -413,9 +413,9 @@ def merged(new: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
         return new
     structure = {**new["structure"], **{k: v for k, v in earlier["structure"].items()
                                        if new["structure"].get(k) is None}}
-    stages = sorted({k.split("/")[0] for k in kept})
+    stages = sorted({k[:2] for k in kept})  # "01", "02"
     return {**new, "per": {**kept, **new["per"]}, "structure": structure,
-            "source": f"{new['source']}; {', '.join(stages)} from {earlier['source']}"}
+            "source": f"{new['source']}; stages {', '.join(stages)} from {earlier['source']}"}
 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:

@@ -229,5 +229,5 @@ def test_a_calibration_from_a_run_on_a_world_keeps_the_earlier_figures_of_the_st
     assert got["per"]["02_footprint/generator"] == earlier["per"]["02_footprint/generator"]
     assert got["per"]["04_probing/assistant"]["prompt_per_call"] == 1.0  # the new run's own figures win
     assert got["structure"]["completion_per_document"] == earlier["structure"]["completion_per_document"]
-    assert got["source"] == f"demo run; 01_social_graph, 02_footprint from {earlier['source']}"
+    assert got["source"] == f"demo run; stages 01, 02 from {earlier['source']}"
     assert estimate.merged(earlier, on_world) == earlier  # nothing missing: nothing taken
