@@ -6,11 +6,6 @@ answers under the live cache keys, a run killed while it polls re-attaching with
 anything twice, and items a batch errored, expired or cancelled answered later, each counted."""
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +15,7 @@ from bench.latency_server import serve
 from pbench import config, estimate, llm
 from pbench.llm import AnthropicBackend, AnthropicBatchBackend, ChatModel, Gate, ResponseCache
 from tests.conftest import minimal_params
-from tests.test_batch import QUESTIONS, keys
+from tests.test_batch import QUESTIONS, _killed_while_polling, keys
 
 pytest.importorskip("anthropic")
 
@@ -137,17 +132,7 @@ ask_all(batch_model(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
 def test_a_run_killed_while_it_polls_reattaches_and_submits_nothing_twice(tmp_path):
     folder, cache = tmp_path / "batches", tmp_path / "c.sqlite"
     with serve(latency_s=0.0) as server:
-        server.hold.clear()  # the batch stays in progress
-        child = subprocess.Popen([sys.executable, "-c", KILLED, server.root, str(folder), str(cache)],
-                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        log, deadline = folder / "batches.jsonl", time.time() + 60
-        while not (log.is_file() and '"batch"' in log.read_text()) and time.time() < deadline:
-            time.sleep(0.05)
-        assert log.is_file() and '"batch"' in log.read_text(), "the batch was never submitted"
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-        assert len(server.message_batches) == 1 and server.batch_items == len(QUESTIONS)
-        server.hold.set()
+        _killed_while_polling(server, folder, cache, KILLED, server.root, lambda server: server.message_batches)
         resumed = batch_model(server.root, folder, cache)
         answers = ask_all(resumed)
         assert len(server.message_batches) == 1 and server.batch_items == len(QUESTIONS)  # 0 resubmitted

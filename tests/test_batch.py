@@ -79,11 +79,13 @@ ask_all(batch_model(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
 """
 
 
-def _killed_while_polling(server, folder: Path, cache: Path) -> None:
-    """A child process that submits QUESTIONS while ``server`` holds its batches, SIGKILLed once
-    the batch is in the log."""
+def _killed_while_polling(server, folder: Path, cache: Path, code: str = KILLED, url: str | None = None,
+                          held=lambda server: server.batches) -> None:
+    """A child process running ``code`` (by default: submit QUESTIONS) against ``url`` (the
+    server's OpenAI one) while ``server`` holds its batches, SIGKILLed once the batch is in the
+    log; ``held`` gives the batches the server then holds: one, of every question."""
     server.hold.clear()  # the batch stays in progress
-    child = subprocess.Popen([sys.executable, "-c", KILLED, server.url, str(folder), str(cache)],
+    child = subprocess.Popen([sys.executable, "-c", code, url or server.url, str(folder), str(cache)],
                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     log, deadline = folder / "batches.jsonl", time.time() + 60
     while not (log.is_file() and '"batch"' in log.read_text()) and time.time() < deadline:
@@ -91,7 +93,7 @@ def _killed_while_polling(server, folder: Path, cache: Path) -> None:
     assert log.is_file() and '"batch"' in log.read_text(), "the batch was never submitted"
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    assert len(server.batches) == 1 and server.batch_items == len(QUESTIONS)
+    assert len(held(server)) == 1 and server.batch_items == len(QUESTIONS)
     server.hold.set()
 
 

@@ -27,7 +27,24 @@ class Backend(Protocol):
     ) -> RawReply: ...
 
 
-class OpenAIBackend:
+class BodyBackend:
+    """A backend that builds a provider's request body (``request``), then sends it (``send``):
+    the live path, and the body a batch line carries."""
+
+    def request(self, messages: Sequence[Message], schema: dict[str, Any] | None,
+                settings: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def send(self, body: dict[str, Any], with_top: bool) -> RawReply:
+        raise NotImplementedError
+
+    async def generate(
+        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
+    ) -> RawReply:
+        return await self.send(self.request(messages, schema, settings), bool(settings.get("top_logprobs")))
+
+
+class OpenAIBackend(BodyBackend):
     """Chat completions against an OpenAI-compatible endpoint (also the embedded server)."""
 
     def __init__(self, spec: ModelSpec, base_url: str | None, identity: dict[str, Any], api_key: str) -> None:
@@ -58,11 +75,6 @@ class OpenAIBackend:
         if settings.get("top_logprobs"):
             kwargs["logprobs"], kwargs["top_logprobs"] = True, settings["top_logprobs"]
         return kwargs
-
-    async def generate(
-        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
-    ) -> RawReply:
-        return await self.send(self.request(messages, schema, settings), bool(settings.get("top_logprobs")))
 
     async def send(self, body: dict[str, Any], with_top: bool) -> RawReply:
         """One request body (``request``) sent live, its reply read (``reply_of``)."""
@@ -98,7 +110,7 @@ def _first_token_top(choice: dict[str, Any]) -> tuple[tuple[str, float], ...] | 
     return tuple((t["token"], float(t["logprob"])) for t in (content[0].get("top_logprobs") or []))
 
 
-class AnthropicBackend:
+class AnthropicBackend(BodyBackend):
     """Anthropic's Messages API through the ``anthropic`` SDK (``pip install pbench[anthropic]``).
 
     What differs from the OpenAI path: a system message goes into ``system`` (the Messages API
@@ -138,11 +150,6 @@ class AnthropicBackend:
             kwargs["tools"] = [{"name": name, "description": "Give the reply.", "input_schema": schema}]
             kwargs["tool_choice"] = {"type": "tool", "name": name}
         return kwargs
-
-    async def generate(
-        self, messages: Sequence[Message], *, schema: dict[str, Any] | None, settings: dict[str, Any]
-    ) -> RawReply:
-        return await self.send(self.request(messages, schema, settings), bool(settings.get("top_logprobs")))
 
     async def send(self, body: dict[str, Any], with_top: bool) -> RawReply:
         """One request body (``request``) sent live, its reply read (``message_reply_of``);
