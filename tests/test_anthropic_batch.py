@@ -81,9 +81,9 @@ def test_a_live_reply_reads_the_system_the_tool_call_and_the_usage_as_anthropic_
 def test_a_refused_key_is_not_retried_and_an_overloaded_endpoint_is_():
     import anthropic
 
-    assert issubclass(anthropic.InternalServerError, llm.TRANSIENT_ERRORS)  # 500, 503, 529 overloaded
-    assert issubclass(anthropic.RateLimitError, llm.TRANSIENT_ERRORS)
-    assert issubclass(anthropic.APIConnectionError, llm.TRANSIENT_ERRORS)
+    assert issubclass(anthropic.InternalServerError, llm.transient_errors())  # 500, 503, 529 overloaded
+    assert issubclass(anthropic.RateLimitError, llm.transient_errors())
+    assert issubclass(anthropic.APIConnectionError, llm.transient_errors())
     with serve(latency_s=0.0, require_key="another") as server:
         model = live_model(server.root, None)
         with pytest.raises(llm.LLMError, match=r"refused the request \(HTTP 401, AuthenticationError\)"):

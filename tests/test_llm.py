@@ -133,6 +133,66 @@ def test_persistent_transient_errors_give_up_with_a_named_error():
     assert m.ledger.snapshot()["judge"]["m"]["give_ups"] == 1
 
 
+def test_a_clients_errors_are_sorted_once_it_is_imported_and_importing_pbench_imports_no_client():
+    """Every stage's kernel imports pbench.llm: it must not pay for the openai and anthropic
+    clients (3 s together on 2 cores) unless a backend of theirs is used, which imports them."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, pbench.llm as llm; before = [m for m in ('openai', 'anthropic') if m in sys.modules]; "
+             "import openai; print(before, openai.RateLimitError in llm.transient_errors(), "
+             "openai.APIStatusError in llm.refusals(), len(llm.refusals()))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["[]", "True", "True", "1"]
+
+
+def test_a_local_models_server_starts_at_the_first_request_that_reaches_it(tmp_path, monkeypatch):
+    """A stage answered from its response cache never loads the model; the first live call does,
+    once, and the settings of every role bound to the model are checked when it is bound."""
+    from bench import latency_server
+    from pbench.llm import backends
+
+    started = []
+    with latency_server.serve(0.0) as server:
+        class Servers:  # the model file is there, and the latency server stands for llama.cpp's
+            def check(self, spec):
+                if spec.n_ctx != 2048:
+                    raise llm.LLMError("already served with other settings")
+                return tmp_path / "model.gguf"
+
+            def url(self, spec):
+                started.append(spec.model)
+                return server.url.removesuffix("/v1"), tmp_path / "model.gguf"
+
+        monkeypatch.setattr(backends, "SERVERS", Servers())
+        spec = config.ModelSpec(provider="local", model="qwen2.5-0.5b", n_ctx=2048)
+        cache = llm.ResponseCache(tmp_path / "c.sqlite")
+        model = lambda: llm.ChatModel(spec, "judge", llm.make_backend(spec), cache, seed=5,  # noqa: E731
+                                      ledger=llm.Ledger())
+        first = model()
+        assert started == []  # bound, not served
+        reply = first.complete(MSG).text
+        first.complete([{"role": "user", "content": "another"}])
+        assert started == ["qwen2.5-0.5b"]  # one start for the backend's calls
+        assert model().complete(MSG).text == reply and started == ["qwen2.5-0.5b"]  # from the cache: no start
+        with pytest.raises(llm.LLMError, match="other settings"):
+            llm.make_backend(spec.model_copy(update={"n_ctx": 4096}))
+
+
+def test_a_model_bound_with_other_settings_than_an_earlier_binding_is_refused_before_it_is_served(tmp_path):
+    gguf = tmp_path / "own.gguf"
+    gguf.write_bytes(b"GGUF")
+    servers = llm.LocalServers()
+    spec = config.ModelSpec(provider="local", model=str(gguf), n_ctx=2048, n_parallel=2)
+    assert servers.check(spec) == gguf and servers.check(spec) == gguf and not servers.running(spec)
+    with pytest.raises(llm.LLMError, match=r"already served with n_ctx, n_parallel, n_threads = \(2048, 2,"):
+        servers.check(spec.model_copy(update={"n_parallel": 4}))
+    servers.stop(spec)  # the promise goes with the server
+    assert servers.check(spec.model_copy(update={"n_parallel": 4})) == gguf
+    with pytest.raises(llm.LLMError, match="does not exist"):
+        servers.check(spec.model_copy(update={"model": str(tmp_path / "missing.gguf")}))
+
+
 def test_other_errors_are_not_retried():
     b = FakeBackend([KeyError("bug"), "never"])
     with pytest.raises(KeyError):

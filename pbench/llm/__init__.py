@@ -42,7 +42,7 @@ from pbench.llm.batch import AnthropicBatchBackend, BatchBackend
 from pbench.llm.cache import ResponseCache, cache_key, flush_caches
 from pbench.llm.chat import ChatModel
 from pbench.llm.concurrency import RUNTIME, Gate, concurrency_of, gather_bounded, run_sync, server_of
-from pbench.llm.errors import REFUSALS, TRANSIENT_ERRORS, LLMError, TransientError
+from pbench.llm.errors import LLMError, TransientError, refusals, transient_errors
 from pbench.llm.faults import FaultyBackend
 from pbench.llm.ledger import LEDGER, Ledger, RoleUsage
 from pbench.llm.replies import Completion, Message, RawReply, parse_reply
@@ -55,7 +55,7 @@ __all__ = [
     "ResponseCache", "cache_key", "flush_caches",
     "ChatModel",
     "RUNTIME", "Gate", "concurrency_of", "gather_bounded", "run_sync", "server_of",
-    "REFUSALS", "TRANSIENT_ERRORS", "LLMError", "TransientError",
+    "LLMError", "TransientError", "refusals", "transient_errors",
     "FaultyBackend",
     "LEDGER", "Ledger", "RoleUsage",
     "Completion", "Message", "RawReply", "parse_reply",

@@ -22,7 +22,7 @@ from pbench.config import ModelSpec
 from pbench.llm.backends import Backend
 from pbench.llm.cache import ResponseCache, cache_key
 from pbench.llm.concurrency import RUNTIME, Gate, concurrency_of, run_sync
-from pbench.llm.errors import REFUSALS, TRANSIENT_ERRORS, LLMError
+from pbench.llm.errors import LLMError, refusals, transient_errors
 from pbench.llm.ledger import LEDGER, Ledger
 from pbench.llm.replies import Completion, Message, RawReply, parse_reply
 
@@ -187,13 +187,13 @@ class ChatModel:
             return min(self.backoff_s * 2 ** (state.attempt_number - 1), 30.0) * (0.5 + random.random())
 
         retrying = tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(self.spec.max_retries + 1), wait=wait,
-                                          retry=tenacity.retry_if_exception_type(TRANSIENT_ERRORS),
+                                          retry=tenacity.retry_if_exception_type(transient_errors()),
                                           before_sleep=lambda state: self._count(retries=1), reraise=True)
         try:
             async for tried in retrying:
                 with tried:
                     reply = await self._call_once(who, messages, schema, settings)
-        except TRANSIENT_ERRORS as exc:
+        except transient_errors() as exc:
             self._count(give_ups=1)
             raise LLMError(f"{who}: gave up after {self.spec.max_retries + 1} attempts "
                            f"({type(exc).__name__}: {exc})") from exc
@@ -206,10 +206,10 @@ class ChatModel:
         try:
             reply = await asyncio.wait_for(self.backend.generate(messages, schema=schema, settings=settings),
                                            None if getattr(self.backend, "waits", False) else self.spec.timeout_s)
-        except TRANSIENT_ERRORS:
+        except transient_errors():
             self._count(calls=1, seconds=time.perf_counter() - start)
             raise
-        except REFUSALS as exc:
+        except refusals() as exc:
             self._count(calls=1, give_ups=1, seconds=time.perf_counter() - start)
             raise refused(who, exc) from exc
         if getattr(self.backend, "waits", False):
