@@ -46,10 +46,17 @@ lint: install
 	$(BIN)/ruff check pbench
 	$(BIN)/mypy
 
-# pytest exits 5 when it collects nothing: treat that as a failure, not a pass.
+# The fast tests on every core (pytest-xdist, a worker per core, a test file to a worker so that
+# a module's fixtures are built once), then the slow ones one at a time: an embedded model's server
+# takes every core itself, and two of them at once would fight over them. Both parts always run;
+# pytest exits 5 when it collects nothing: a failure, not a pass.
+FAST := -m "not slow" -n auto --dist loadfile
 test: install models browser lint
-	$(BIN)/python -m pytest; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@fast=0; slow=0; \
+	$(BIN)/python -m pytest $(FAST) || fast=$$?; \
+	$(BIN)/python -m pytest -m slow || slow=$$?; \
+	for rc in $$fast $$slow; do if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; done; \
+	if [ $$fast -ne 0 ] || [ $$slow -ne 0 ]; then echo "tests failed: fast part exit $$fast, slow part exit $$slow" >&2; exit 1; fi
 
 # The report is checked in headless Chromium. Installed from Debian's packages where we can
 # (root with apt-get); elsewhere its test is skipped and says why.
@@ -62,7 +69,7 @@ browser:
 	  else echo "note: chromium not found; the report's browser test will be skipped" >&2; fi; }
 
 test-fast: install lint
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest $(FAST)
 
 # Every benchmark, each printing its figures (about 40 minutes on 2 cores, the tiny run included).
 bench: install models
