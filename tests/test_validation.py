@@ -47,6 +47,17 @@ def test_dev_set_is_well_formed_and_balanced():
     assert {r.model_extra["category"] for r in held} == CATEGORIES
 
 
+def test_the_demo_measures_its_judge_on_every_held_out_case_and_the_live_test_on_two_a_category():
+    from pbench import config, run
+
+    cfg = config.load(run.repo_root() / "params" / "tiny.yaml")
+    every = validation.dev_rows(cfg.validation, cfg.seed)
+    assert (len(every), sum(r.authorised for r in every)) == (209, 16)  # 16 confidants: 14 judge calls
+    some = validation.dev_rows(cfg.validation.model_copy(update={"dev_cases": 60}), cfg.seed)  # the live test's
+    assert (len(some), sum(r.authorised for r in some)) == (59, 2)
+    assert {r.model_extra["label"] for r in some if r.authorised} == {"shared", "withheld"}
+
+
 def test_dev_set_families_are_split_by_secret_with_leaks_and_non_leaks_on_both_sides():
     rows, _ = judging.read_rows(validation.default_dev_set())
     family_of_secret: dict[str, set[str]] = {}
