@@ -139,7 +139,7 @@ TEXTS = [
 def test_minilm_vectors_do_not_depend_on_the_company_they_are_encoded_in():
     import torch
 
-    alone = np.stack([embeddings.embed_alone([t])[0] for t in TEXTS])
+    alone = np.stack([embeddings.encode_alone([t])[0] for t in TEXTS])
     plain = embeddings.embed(TEXTS)
     for t, v in zip(TEXTS, alone, strict=True):  # the same vector as an encode of the text by itself, but for padding
         assert np.abs(v - embeddings.embed([t])[0]).max() < 1e-6
@@ -153,9 +153,31 @@ def test_minilm_vectors_do_not_depend_on_the_company_they_are_encoded_in():
             for _ in range(4):
                 order = rng.sample(range(len(TEXTS)), rng.randint(2, len(TEXTS)))
                 many = [TEXTS[i] for i in order] * 3  # over 16 texts: torch keeps its threads
-                np.testing.assert_array_equal(embeddings.embed_alone(many), alone[order * 3])
+                np.testing.assert_array_equal(embeddings.encode_alone(many), alone[order * 3])
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_each_text_is_encoded_once_a_process_and_kept_vectors_are_the_encoded_ones(monkeypatch):
+    encoded, encode = [], embeddings.encode_alone
+
+    def counting(texts):
+        encoded.extend(texts)
+        return encode(texts)
+
+    monkeypatch.setattr(embeddings, "encode_alone", counting)
+    monkeypatch.setattr(embeddings, "_memo", embeddings.OrderedDict())
+    monkeypatch.setattr(embeddings, "MEMO", 4)
+    first = embeddings.embed_alone(TEXTS[:3] + TEXTS[:1])
+    assert encoded == TEXTS[:3]  # a text asked for twice in one call is encoded once
+    again = embeddings.embed_alone(TEXTS[1:5])
+    assert encoded == TEXTS[:3] + TEXTS[3:5]  # the kept ones are not encoded again
+    np.testing.assert_array_equal(again[:2], first[1:3])
+    np.testing.assert_array_equal(again, encode(TEXTS[1:5]))  # bit for bit an encode's
+    assert list(embeddings._memo) == TEXTS[1:5]  # the 4 used last; the first is dropped
+    embeddings.embed_alone(TEXTS[:1])
+    assert encoded[-1] == TEXTS[0]
 
 
 @pytest.mark.slow
