@@ -117,7 +117,11 @@ class Browser:
                         raise RuntimeError(f"{method}: {reply['error']}")
                     return reply["result"]
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._out], [], [], left)[0]:
+            # poll, not select: select refuses a descriptor above 1023, which a long-lived
+            # process (a pytest worker that ran many test files first) can hold.
+            readable = select.poll()
+            readable.register(self._out, select.POLLIN)
+            if left <= 0 or not readable.poll(left * 1000):
                 raise TimeoutError(f"{method}: no answer from Chromium in {timeout} s")
             chunk = os.read(self._out, 1 << 20)
             if not chunk:

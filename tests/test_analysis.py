@@ -202,6 +202,20 @@ ON_SCREEN = f"{VISIBLE}.map(d => d.dataset.id)"
 
 
 @needs_chromium
+def test_the_browser_is_driven_from_a_process_holding_more_than_1024_descriptors(tmp_path):
+    """A pytest worker that ran many test files first can hold that many; select() refuses them."""
+    import os
+
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with Browser(tmp_path / "profile") as b:
+            assert b.js("1 + 1") == 2
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+@needs_chromium
 def test_report_pages_and_filters_in_headless_chromium(judged_run, tmp_path):
     run = scale(judged_run, tmp_path / "big", 5 * report.PAGE, rounds=2)
     uri = build_report(run).as_uri()
