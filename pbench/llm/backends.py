@@ -49,12 +49,15 @@ class OpenAIBackend(BodyBackend):
     """Chat completions against an OpenAI-compatible endpoint (also the embedded server)."""
 
     def __init__(self, spec: ModelSpec, base_url: str | None, identity: dict[str, Any], api_key: str) -> None:
-        import openai
-
         self.spec = spec
         self.identity = identity
+        self._client = self._connect(base_url, api_key)
+
+    def _connect(self, base_url: str | None, api_key: str) -> Any:
+        import openai
+
         # Our own retries and accounting; the client's would be invisible to the ledger.
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=spec.timeout_s)
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=self.spec.timeout_s)
 
     def request(self, messages: Sequence[Message], schema: dict[str, Any] | None,
                 settings: dict[str, Any]) -> dict[str, Any]:
@@ -93,11 +96,8 @@ class LocalBackend(OpenAIBackend):
 
     async def send(self, body: dict[str, Any], with_top: bool) -> RawReply:
         if self._client is None:
-            import openai
-
             url, _ = await asyncio.to_thread(SERVERS.url, self.spec)  # the load, off the event loop
-            self._client = self._client or openai.AsyncOpenAI(base_url=url + "/v1", api_key="not-needed",
-                                                              max_retries=0, timeout=self.spec.timeout_s)
+            self._client = self._client or self._connect(url + "/v1", "not-needed")
         return await super().send(body, with_top)
 
 
